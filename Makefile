@@ -1,0 +1,39 @@
+# The README's two commands: `make demo` and `make test`. Both create .venv when it is missing.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# The CPU build of torch 2.13 lies on this kind of machine's local disk; installing it first keeps
+# pip from resolving the unpinned range in pyproject.toml to a multi-GB CUDA build. Override on a
+# GPU machine, e.g. `make demo TORCH_SPEC=torch`.
+TORCH_SPEC ?= torch==2.13.0
+# The Triton interpreter runs kernels on the CPU; same release as the GPU host (3.6).
+TRITON_SPEC ?= triton==3.6.0
+
+export PYTHONUNBUFFERED := 1
+
+.PHONY: demo test lint gpu-test venv clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q "$(TRITON_SPEC)" -e ".[dev]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(PY) -m kernellab.demo
+
+test: $(VENV)/.installed
+	TRITON_INTERPRET=1 $(PY) -m pytest -m "not gpu" -q
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check kernellab agents search sandbox store tests
+
+# On the GPU host: GPU tests and the GPU benchmarks in one call (see scripts/gpu_check.sh).
+gpu-test:
+	bash scripts/gpu_check.sh
+
+clean:
+	rm -rf $(VENV) build *.egg-info kernellab.db kernellab-report.html

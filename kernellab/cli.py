@@ -1,0 +1,231 @@
+"""The ``kernellab`` command line: each command is a short function over the library.
+
+Exit codes (DESIGN.md): 0 success, 1 the work failed (e.g. no correct candidate), 2 bad usage or
+bad input. ``--json`` on every command prints one JSON document on stdout instead of tables.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Any, Callable
+
+import click
+
+from .problem import ProblemError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageFailure(Exception):
+    """Bad input found after argument parsing: printed as one line, exit 2."""
+
+
+def _errors(fn: Callable) -> Callable:
+    """Map the library's input errors to one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from kernellab.store import StoreError
+
+        try:
+            return fn(*args, **kwargs)
+        except (ProblemError, StoreError, UsageFailure) as exc:
+            click.echo(f"kernellab: error: {exc}", err=True)
+            sys.exit(EXIT_USAGE)
+
+    return wrapper
+
+
+def emit(obj: Any, as_json: bool, render: Callable[[Any], None]) -> None:
+    if as_json:
+        click.echo(json.dumps(obj, indent=2, default=str))
+    else:
+        render(obj)
+
+
+def _store(db: str, must_exist: bool = True):
+    from pathlib import Path
+
+    from kernellab.store import Store
+
+    if must_exist and db != ":memory:" and not Path(db).exists():
+        raise UsageFailure(f"{db}: no such database (run a campaign first, or pass --db)")
+    return Store(db)
+
+
+db_option = click.option("--db", default="kernellab.db", show_default=True, metavar="FILE",
+                         help="The SQLite store.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="kernellab")
+def main() -> None:
+    """kernellab: agents that write, check, tune and profile GPU kernels for PyTorch models.
+
+    Every speedup it prints was confirmed by its sandbox: correct on fresh inputs, integrity
+    checks passed, timed against eager and torch.compile on the same device. On a machine with
+    no CUDA device, kernels run in the Triton interpreter on SMALL sizes, and timings are marked
+    `interpreted`, never reported as speedups.
+    """
+
+
+# ------------------------------------------------------------------------------------------------
+# inspection of a store
+# ------------------------------------------------------------------------------------------------
+@main.command()
+@click.argument("campaign", required=False)
+@db_option
+@json_option
+@_errors
+def status(campaign: str | None, db: str, as_json: bool) -> None:
+    """Campaigns in the store, or one CAMPAIGN's summary (best per problem, statuses, LLM cost)."""
+    from . import views
+
+    store = _store(db)
+    if campaign is None:
+        rows = store.list_campaigns()
+        emit(rows, as_json, views.print_campaigns)
+        return
+    camp = store.get_campaign(campaign)
+    if camp is None:
+        raise UsageFailure(f"no campaign {campaign!r} in {db}")
+    emit(store.summary(camp["id"]), as_json, views.print_summary)
+
+
+@main.command()
+@click.argument("candidate")
+@db_option
+@json_option
+@click.option("--source/--no-source", default=True, help="Print the candidate's source.")
+@_errors
+def show(candidate: str, db: str, as_json: bool, source: bool) -> None:
+    """One CANDIDATE (id or unique prefix): its action, evaluations, metrics and source."""
+    from . import views
+
+    store = _store(db)
+    cand = store.get_candidate(candidate)
+    if cand is None:
+        raise UsageFailure(f"no candidate {candidate!r} in {db} (or the prefix is ambiguous)")
+    evals = store.evaluations(candidate_id=cand["id"])
+    for e in evals:
+        e["metrics"] = store.metrics(e["id"])
+    obj = {"candidate": cand, "evaluations": evals}
+    emit(obj, as_json, lambda o: views.print_candidate(o, source=source))
+
+
+@main.command()
+@click.argument("candidate")
+@db_option
+@json_option
+@_errors
+def lineage(candidate: str, db: str, as_json: bool) -> None:
+    """The path from the root to CANDIDATE: each step's action and its best evaluation."""
+    from . import views
+
+    store = _store(db)
+    cand = store.get_candidate(candidate)
+    if cand is None:
+        raise UsageFailure(f"no candidate {candidate!r} in {db} (or the prefix is ambiguous)")
+    steps = []
+    for c in store.lineage(cand["id"]):
+        evals = [e for e in store.evaluations(candidate_id=c["id"]) if e["kind"] in ("full", "retime")]
+        steps.append({"id": c["id"], "depth": c["depth"], "action": c["action"], "origin": c["origin"],
+                      "evaluations": [{k: e[k] for k in ("status", "median_ms", "speedup_eager",
+                                                         "speedup_compile", "interpreted", "config")}
+                                      for e in evals]})
+    emit(steps, as_json, views.print_lineage)
+
+
+# ------------------------------------------------------------------------------------------------
+# evaluation of one file
+# ------------------------------------------------------------------------------------------------
+@main.command("eval")
+@click.argument("problem", type=click.Path())
+@click.argument("candidate_file", type=click.Path())
+@click.option("--config", "config_json", default=None, metavar="JSON",
+              help="Values for the candidate's CONFIG, e.g. '{\"BLOCK\": 256}'.")
+@click.option("--small", is_flag=True, help="Use the problem's SMALL sizes (automatic on CPU).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--trials", default=5, show_default=True, help="Correctness trials with fresh inputs.")
+@click.option("--no-timing", is_flag=True, help="Check correctness and integrity only.")
+@json_option
+@_errors
+def eval_(problem: str, candidate_file: str, config_json: str | None, small: bool, device: str,
+          trials: int, no_timing: bool, as_json: bool) -> None:
+    """Evaluate CANDIDATE_FILE against PROBLEM in the sandbox and print the result.
+
+    Exit 0 when the candidate is `correct`, 1 when it was evaluated and is not, 2 on bad input.
+    """
+    from pathlib import Path
+
+    from . import views
+    from .problem import load_problem
+
+    prob = load_problem(problem)
+    path = Path(candidate_file)
+    if not path.is_file():
+        raise UsageFailure(f"{candidate_file}: no such file")
+    try:
+        config = json.loads(config_json) if config_json else None
+    except json.JSONDecodeError as exc:
+        raise UsageFailure(f"--config is not valid JSON: {exc}") from None
+    if config is not None and not isinstance(config, dict):
+        raise UsageFailure("--config must be a JSON object")
+    try:
+        from kernellab.sandbox import evaluate
+    except ImportError as exc:
+        raise UsageFailure(f"the sandbox is not available in this build ({exc})") from None
+    result = evaluate(prob, path.read_text(), config=config, small=small or None,
+                      device=None if device == "auto" else device, trials=trials, timing=not no_timing)
+    emit(result, as_json, views.print_eval)
+    sys.exit(EXIT_OK if result["status"] == "correct" else EXIT_FAILED)
+
+
+def _not_yet(what: str) -> None:
+    click.echo(f"kernellab: {what} is not available in this build yet", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+# ------------------------------------------------------------------------------------------------
+# campaigns, reports, export, benchmark: implemented in later parts (each says so until it exists)
+# ------------------------------------------------------------------------------------------------
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("problems", nargs=-1)
+def run(problems: tuple[str, ...]) -> None:
+    """Start a campaign over PROBLEM files (not in this build yet)."""
+    _not_yet("`kernellab run`")
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("campaign")
+def resume(campaign: str) -> None:
+    """Continue a stopped or crashed CAMPAIGN (not in this build yet)."""
+    _not_yet("`kernellab resume`")
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("campaign")
+def report(campaign: str) -> None:
+    """Write the HTML report of a CAMPAIGN (not in this build yet)."""
+    _not_yet("`kernellab report`")
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("campaign")
+def export(campaign: str) -> None:
+    """Export the best kernel of a CAMPAIGN as a standalone file (not in this build yet)."""
+    _not_yet("`kernellab export`")
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("suite")
+def bench(suite: str) -> None:
+    """Run the benchmark SUITE (not in this build yet)."""
+    _not_yet("`kernellab bench`")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

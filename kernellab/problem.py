@@ -1,0 +1,292 @@
+"""Problems in KernelBench format: a file with ``Model``, ``get_inputs`` and ``get_init_inputs``.
+
+A :class:`Problem` holds the file's *source*, never a live module: every consumer (the orchestrator,
+a sandbox worker, a test) executes the source into a fresh module of its own, so the module globals
+that ``SMALL`` rewrites never leak between users.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import io
+import os
+import tempfile
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+__all__ = ["Problem", "ProblemError", "load_problem", "content_hash", "DEFAULT_TOLERANCES"]
+
+# (atol, rtol) per dtype: DESIGN.md "Evaluation".
+DEFAULT_TOLERANCES = {
+    "float32": (1e-4, 1e-4),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (1e-2, 1e-2),
+}
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_REQUIRED = ("Model", "get_inputs", "get_init_inputs")
+
+
+class ProblemError(ValueError):
+    """A problem file (or module) that cannot be used; the message names the file and the piece."""
+
+
+def content_hash(*parts: str | bytes, n: int = 16) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode() if isinstance(p, str) else p)
+        h.update(b"\0")
+    return h.hexdigest()[:n]
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str
+    source: str
+    path: str | None = None
+    # extra files the source needs (e.g. the pickled model of ``from_module``), name -> bytes
+    artifacts: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def id(self) -> str:
+        return content_hash(self.source)
+
+    @property
+    def label(self) -> str:
+        return self.path or f"<{self.name}>"
+
+    # -- module access -------------------------------------------------------------------------
+    def module(self, small: bool = False) -> types.ModuleType:
+        """Execute the source into a fresh module; with ``small`` apply the ``SMALL`` constants."""
+        mod = types.ModuleType(f"kernellab_problem_{self.name}")
+        mod.__file__ = self.path or f"<{self.name}>"
+        if self.artifacts:
+            mod.__dict__["KERNELLAB_ARTIFACTS"] = self.artifacts
+        code = compile(self.source, mod.__file__, "exec")
+        exec(code, mod.__dict__)
+        if small:
+            for key, value in (getattr(mod, "SMALL", None) or {}).items():
+                setattr(mod, key, value)
+        return mod
+
+    # -- numerics settings ---------------------------------------------------------------------
+    def settings(self, mod: types.ModuleType | None = None) -> dict[str, Any]:
+        mod = mod or self.module()
+        dtype = getattr(mod, "DTYPE", "float32")
+        atol, rtol = DEFAULT_TOLERANCES.get(dtype, (1e-4, 1e-4))
+        return {
+            "dtype": dtype,
+            "atol": float(getattr(mod, "ATOL", atol)),
+            "rtol": float(getattr(mod, "RTOL", rtol)),
+            "small": dict(getattr(mod, "SMALL", None) or {}),
+        }
+
+    @classmethod
+    def from_module(cls, model: torch.nn.Module, example_inputs: list | tuple, name: str,
+                    atol: float | None = None, rtol: float | None = None) -> "Problem":
+        """Wrap a live model as a problem. The model and the example inputs are serialised
+        (``torch.save``) into the problem so that sandbox workers can rebuild them; the model's
+        class must therefore be importable (not defined in ``__main__`` of an interactive session).
+        Fresh inputs for correctness trials are drawn with the shapes and dtypes of the examples."""
+        if not isinstance(model, torch.nn.Module):
+            raise ProblemError(f"<{name}>: model is a {type(model).__name__}, not a torch.nn.Module")
+        example_inputs = list(example_inputs)
+        buf = io.BytesIO()
+        try:
+            torch.save({"model": model.cpu(), "inputs": [_cpu(x) for x in example_inputs]}, buf)
+        except Exception as exc:  # pickling a local class, a lambda, ...
+            raise ProblemError(f"<{name}>: model cannot be serialised for sandbox workers: {exc}") from exc
+        blob = buf.getvalue()
+        tol = ""
+        if atol is not None:
+            tol += f"ATOL = {float(atol)!r}\n"
+        if rtol is not None:
+            tol += f"RTOL = {float(rtol)!r}\n"
+        source = _FROM_MODULE_TEMPLATE.format(digest=content_hash(blob, n=32), tol=tol)
+        problem = cls(name=name, source=source, path=None, artifacts={"model.pt": blob})
+        validate(problem)
+        return problem
+
+
+_FROM_MODULE_TEMPLATE = '''"""A model wrapped by kernellab.Problem.from_module (artifact sha256 prefix {digest})."""
+import io
+import torch
+{tol}
+_STATE = torch.load(io.BytesIO(KERNELLAB_ARTIFACTS["model.pt"]), weights_only=False)
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _STATE["model"]
+
+    def forward(self, *args):
+        return self.inner(*args)
+
+
+def get_init_inputs():
+    return []
+
+
+def get_inputs():
+    out = []
+    for x in _STATE["inputs"]:
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            out.append(torch.randn_like(x))
+        elif isinstance(x, torch.Tensor):
+            out.append(x.clone())
+        else:
+            out.append(x)
+    return out
+'''
+
+
+def _cpu(x: Any) -> Any:
+    return x.detach().cpu() if isinstance(x, torch.Tensor) else x
+
+
+def load_problem(path: str | os.PathLike, validate_run: bool = True) -> Problem:
+    """Read and check a problem file. Raises :class:`ProblemError` with one line naming the file
+    and what is wrong. With ``validate_run`` the model is built and run once (at ``SMALL`` sizes
+    when the file has them) so that a broken ``get_inputs`` or a non-tensor output fails here."""
+    p = Path(path)
+    if not p.exists():
+        raise ProblemError(f"{p}: no such file")
+    if not p.is_file():
+        raise ProblemError(f"{p}: not a file")
+    try:
+        source = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ProblemError(f"{p}: not a Python source file (not UTF-8 text)") from None
+    name = p.stem
+    problem = Problem(name=name, source=source, path=str(p))
+    validate(problem, run=validate_run)
+    return problem
+
+
+def validate(problem: Problem, run: bool = True) -> None:
+    label = problem.label
+    try:
+        tree = ast.parse(problem.source, filename=label)
+    except SyntaxError as exc:
+        raise ProblemError(f"{label}: not valid Python (syntax error at line {exc.lineno}: {exc.msg})") from None
+    except ValueError as exc:  # null bytes: Python 3.11 raises ValueError, not SyntaxError
+        raise ProblemError(f"{label}: not valid Python ({exc})") from None
+    defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    defined |= {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    missing = [r for r in _REQUIRED if r not in defined]
+    if missing:
+        raise ProblemError(f"{label}: missing {', '.join(missing)} (a problem defines Model, get_inputs and get_init_inputs)")
+    try:
+        mod = problem.module()
+    except Exception as exc:
+        raise ProblemError(f"{label}: executing the file raised {type(exc).__name__}: {exc}") from None
+    model_cls = getattr(mod, "Model")
+    if not (isinstance(model_cls, type) and issubclass(model_cls, torch.nn.Module)):
+        raise ProblemError(f"{label}: Model is not a torch.nn.Module subclass")
+    for fn in ("get_inputs", "get_init_inputs"):
+        if not callable(getattr(mod, fn)):
+            raise ProblemError(f"{label}: {fn} is not callable")
+    dtype = getattr(mod, "DTYPE", "float32")
+    if dtype not in _DTYPES:
+        raise ProblemError(f"{label}: DTYPE {dtype!r} is not one of {', '.join(_DTYPES)}")
+    for key in ("ATOL", "RTOL"):
+        if hasattr(mod, key) and not isinstance(getattr(mod, key), (int, float)):
+            raise ProblemError(f"{label}: {key} must be a number")
+    small = getattr(mod, "SMALL", None)
+    if small is not None:
+        if not isinstance(small, dict):
+            raise ProblemError(f"{label}: SMALL must be a dict of module constants")
+        unknown = [k for k in small if not hasattr(mod, k)]
+        if unknown:
+            raise ProblemError(f"{label}: SMALL names {', '.join(map(repr, unknown))}, not a module constant of the file")
+    if run:
+        with torch.no_grad():
+            instantiate(problem, small=small is not None, seed=0, device="cpu", check=True)
+
+
+@dataclass
+class Instance:
+    """One built instance of a problem: its module (sized), model and inputs."""
+
+    module: types.ModuleType
+    model: torch.nn.Module
+    inputs: list
+    dtype: torch.dtype
+    init_inputs: list
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return _DTYPES[name]
+
+
+def cast_inputs(inputs: list, dtype: torch.dtype, device: str | torch.device) -> list:
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            x = x.to(device)
+            if x.is_floating_point():
+                x = x.to(dtype)
+        out.append(x)
+    return out
+
+
+def instantiate(problem: Problem, small: bool, seed: int, device: str = "cpu", check: bool = False,
+                model_cls: Callable[..., torch.nn.Module] | None = None,
+                mod: types.ModuleType | None = None) -> Instance:
+    """Build the model (seeded: the same weights for ``Model`` and any ``ModelNew``) and inputs."""
+    label = problem.label
+    mod = mod or problem.module(small=small)
+    dtype = _DTYPES[getattr(mod, "DTYPE", "float32")]
+    try:
+        init = list(mod.get_init_inputs())
+    except Exception as exc:
+        raise ProblemError(f"{label}: get_init_inputs raised {type(exc).__name__}: {exc}") from None
+    try:
+        torch.manual_seed(seed)
+        model = (model_cls or mod.Model)(*init)
+        model = model.to(device=device, dtype=dtype)
+        model.eval()
+    except Exception as exc:
+        raise ProblemError(f"{label}: building Model raised {type(exc).__name__}: {exc}") from None
+    try:
+        torch.manual_seed(seed + 1)
+        inputs = list(mod.get_inputs())
+    except Exception as exc:
+        raise ProblemError(f"{label}: get_inputs raised {type(exc).__name__}: {exc}") from None
+    inputs = cast_inputs(inputs, dtype, device)
+    if check:
+        try:
+            out = model(*inputs)
+        except Exception as exc:
+            raise ProblemError(f"{label}: Model.forward raised {type(exc).__name__}: {exc}") from None
+        if not output_tensors(out):
+            raise ProblemError(f"{label}: Model.forward returned {type(out).__name__}, not a tensor or a tuple of tensors")
+    return Instance(module=mod, model=model, inputs=inputs, dtype=dtype, init_inputs=init)
+
+
+def output_tensors(out: Any) -> list[torch.Tensor] | None:
+    """The outputs as a list of tensors, or None when ``out`` is not a tensor / tuple of tensors."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)) and out and all(isinstance(o, torch.Tensor) for o in out):
+        return list(out)
+    return None
+
+
+@contextlib.contextmanager
+def problem_file(problem: Problem) -> Iterator[str]:
+    """A path holding the problem's source (for tools that need a file, e.g. ncu subprocesses)."""
+    if problem.path and not problem.artifacts:
+        yield problem.path
+        return
+    with tempfile.TemporaryDirectory(prefix="kernellab-problem-") as d:
+        f = Path(d) / f"{problem.name}.py"
+        f.write_text(problem.source)
+        yield str(f)

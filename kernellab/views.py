@@ -1,0 +1,105 @@
+"""Human-readable rendering of store records and results (rich tables); ``--json`` bypasses it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.table import Table
+
+console = Console()
+
+
+def fmt_x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def fmt_ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g} ms"
+
+
+def print_campaigns(rows: list[dict]) -> None:
+    if not rows:
+        console.print("no campaigns in this store")
+        return
+    t = Table(title="campaigns")
+    for col in ("id", "name", "status", "created", "device"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["id"], r["name"], r["status"], r["created_at"][:19], r["device"] or "")
+    console.print(t)
+
+
+def print_summary(s: dict) -> None:
+    c = s["campaign"]
+    console.print(f"[bold]{c['name']}[/] ({c['id']}) status={c['status']} device={c['device']}")
+    console.print(f"candidates {s['candidates']}, evaluations {s['evaluations']}, "
+                  f"statuses {s['statuses'] or '{}'}, LLM calls {s['llm']['calls']} "
+                  f"(${s['llm']['cost_usd']:.2f})")
+    t = Table(title="best correct candidate per problem")
+    for col in ("problem", "candidate", "time", "vs eager", "vs compile", "note"):
+        t.add_column(col)
+    for b in s["best"]:
+        note = "interpreted (CPU): no speedup claimed" if b["interpreted"] else (
+            "library only" if b["library_only"] else "")
+        t.add_row(b["problem"] or b["problem_id"], b["candidate_id"][:12], fmt_ms(b["median_ms"]),
+                  fmt_x(b["speedup_eager"]), fmt_x(b["speedup_compile"]), note)
+    console.print(t)
+
+
+def print_candidate(obj: dict, source: bool = True) -> None:
+    c = obj["candidate"]
+    console.print(f"[bold]candidate {c['id']}[/] depth {c['depth']} origin {c['origin']} "
+                  f"language {c['language']} parent {c['parent_id'] or '-'}")
+    console.print(f"action: {c['action'] or '-'}")
+    t = Table(title="evaluations")
+    for col in ("kind", "status", "config", "time", "p20-p80", "vs eager", "vs compile", "error"):
+        t.add_column(col)
+    for e in obj["evaluations"]:
+        band = "-" if e["p20_ms"] is None else f"{e['p20_ms']:.4g}-{e['p80_ms']:.4g}"
+        t.add_row(e["kind"], e["status"], str(e["config"] or {}), fmt_ms(e["median_ms"]), band,
+                  fmt_x(e["speedup_eager"]), fmt_x(e["speedup_compile"]),
+                  (e["error_text"] or "")[:60])
+    console.print(t)
+    for e in obj["evaluations"]:
+        if e.get("metrics"):
+            mt = Table(title=f"metrics of evaluation {e['id']}")
+            for col in ("kernel", "metric", "value"):
+                mt.add_column(col)
+            for m in e["metrics"]:
+                mt.add_row(m["kernel"][:40], m["name"], f"{m['value']:.4g}")
+            console.print(mt)
+    if source:
+        console.print(Syntax(c["source"], "python", line_numbers=True))
+
+
+def print_lineage(steps: list[dict]) -> None:
+    t = Table(title="lineage (root first)")
+    for col in ("depth", "candidate", "action", "status", "time", "vs eager", "vs compile"):
+        t.add_column(col)
+    for s in steps:
+        e = s["evaluations"][-1] if s["evaluations"] else {}
+        t.add_row(str(s["depth"]), s["id"][:12], s["action"] or "(root)", e.get("status", "-"),
+                  fmt_ms(e.get("median_ms")), fmt_x(e.get("speedup_eager")), fmt_x(e.get("speedup_compile")))
+    console.print(t)
+
+
+def print_eval(r: dict[str, Any]) -> None:
+    colour = "green" if r["status"] == "correct" else "red"
+    console.print(f"status: [bold {colour}]{r['status']}[/]")
+    if r.get("error_text"):
+        console.print(f"error: {r['error_text'][:2000]}")
+    for key in ("max_abs_err", "max_rel_err"):
+        if r.get(key) is not None:
+            console.print(f"{key}: {r[key]:.3g}")
+    if r.get("median_ms") is not None:
+        console.print(f"candidate: {fmt_ms(r['median_ms'])} (p20 {fmt_ms(r.get('p20_ms'))}, p80 {fmt_ms(r.get('p80_ms'))})")
+        console.print(f"eager:     {fmt_ms(r.get('eager_ms'))}   compile: {fmt_ms(r.get('compile_ms'))}")
+    if r.get("interpreted"):
+        console.print("timings are interpreted (Triton interpreter on CPU): no speedup is claimed")
+    else:
+        console.print(f"speedup vs eager {fmt_x(r.get('speedup_eager'))}, vs torch.compile {fmt_x(r.get('speedup_compile'))}")
+    if r.get("own_kernel_share") is not None:
+        console.print(f"own kernel share: {r['own_kernel_share']:.0%}" + (" (library only)" if r.get("library_only") else ""))
+    console.print(f"device: {r.get('device')}")

@@ -1,0 +1,18 @@
+"""The kernellab store: one SQLite file holding campaigns, problems, the candidate tree,
+evaluations, Nsight Compute metrics, LLM calls and agent events (DESIGN.md "Store").
+
+Optuna studies and LangGraph checkpoints live in the same file, in their own tables.
+"""
+
+from __future__ import annotations
+
+from ._base import BaseStore, StoreError, canonical_json, now
+from ._sqlite import SQLiteStore, open_store
+
+Store = SQLiteStore
+
+__all__ = ["BaseStore", "SQLiteStore", "Store", "StoreError", "open_store", "canonical_json", "now",
+           "STATUSES", "OBJECTIVES"]
+
+STATUSES = ("compile_error", "runtime_error", "timeout", "crash", "incorrect", "rejected", "correct")
+OBJECTIVES = ("speedup_eager", "speedup_compile")
