@@ -1,0 +1,1 @@
+"""Agents: the LangGraph graph, the four roles, model backends, prompts and skills."""
