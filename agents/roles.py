@@ -72,7 +72,11 @@ class Agents(Protocol):
     """What the graph needs from a backend. ``tree`` is the list of the problem's candidate rows
     (store dicts) each with an added ``best`` key (its best evaluation dict or None) and
     ``analysis`` key (the analyst's latest Analysis dict or None); ``reference`` is the profile of
-    the reference model (``{"ops": [{"name", "ms", "share"}], "eager_ms", "compile_ms"}``)."""
+    the reference model (``{"ops": [{"name", "ms", "share"}], "eager_ms", "compile_ms"}``).
+
+    Selection happens before planning (DESIGN.md: select -> plan): the rows the search policy picked
+    for expansion carry ``selected: True``; ``plan`` proposes up to ``k`` expansions of those rows
+    (``parent_id`` one of them). An empty tree means "start": propose seeds (``parent_id=None``)."""
 
     name: str
 
