@@ -192,18 +192,88 @@ def _not_yet(what: str) -> None:
 # ------------------------------------------------------------------------------------------------
 # campaigns, reports, export, benchmark: implemented in later parts (each says so until it exists)
 # ------------------------------------------------------------------------------------------------
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("problems", nargs=-1)
-def run(problems: tuple[str, ...]) -> None:
-    """Start a campaign over PROBLEM files (not in this build yet)."""
-    _not_yet("`kernellab run`")
+def _campaign_options(fn: Callable) -> Callable:
+    opts = [
+        click.option("--llm", default="builtin", show_default=True, metavar="BACKEND",
+                     help="builtin (offline), anthropic:<model> (ANTHROPIC_API_KEY) or openai:<model> (with --base-url)."),
+        click.option("--base-url", default=None, help="OpenAI-compatible server (vLLM, llama.cpp, Ollama)."),
+        click.option("--budget", default=8, show_default=True, help="Candidates per problem (debugger fixes included)."),
+        click.option("--time-budget", "time_budget_s", type=float, default=None, metavar="SECONDS",
+                     help="Active wall time for the whole campaign."),
+        click.option("--gpu-budget", "gpu_budget_s", type=float, default=None, metavar="SECONDS",
+                     help="Summed evaluation time."),
+        click.option("--usd-budget", type=float, default=None, metavar="DOLLARS", help="LLM spending limit."),
+        click.option("--policy", default="greedy", show_default=True, help="Search policy: greedy, beam, uct, evolve."),
+        click.option("--seed", default=0, show_default=True, help="Seed of the search policy and the tuner."),
+        click.option("--trials", default=5, show_default=True, help="Correctness trials per evaluation."),
+        click.option("--width", default=4, show_default=True, help="Proposals expanded in parallel per round."),
+        click.option("--debug-rounds", default=3, show_default=True, help="Debugger rounds per failing lineage."),
+        click.option("--tune-trials", default=0, show_default=True, help="Optuna trials per candidate with a SPACE."),
+        click.option("--objective", type=click.Choice(["speedup_eager", "speedup_compile"]), default="speedup_eager",
+                     show_default=True),
+        click.option("--target", type=float, default=None, help="Stop a problem once this speedup is reached."),
+        click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
+        click.option("--small", is_flag=True, default=None, help="SMALL problem sizes (automatic on CPU)."),
+        click.option("--replay", default=None, metavar="CAMPAIGN",
+                     help="Answer LLM calls from CAMPAIGN's recorded calls (no network)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def _finish(summary: dict, as_json: bool) -> None:
+    from . import views
+
+    emit(summary, as_json, views.print_summary)
+    sys.exit(EXIT_OK if summary["best"] else EXIT_FAILED)
+
+
+@main.command()
+@click.argument("problems", nargs=-1, required=True, type=click.Path())
+@_campaign_options
+@click.option("--campaign", "name", default=None, metavar="NAME", help="Campaign name (default: problems + time).")
+@db_option
+@json_option
+@_errors
+def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, device: str, **opts: Any) -> None:
+    """Start a campaign over PROBLEM files and run it to the end of its budget.
+
+    Prints the best candidate per problem; exit 1 when no problem got a correct candidate.
+    A stopped or killed campaign continues with `kernellab resume NAME`.
+    """
+    from .campaign import CampaignConfig, CampaignError, run_campaign, start_campaign
+    from .progress import Progress
+
+    config = CampaignConfig(problems=list(problems), device=None if device == "auto" else device, **opts)
+    store = _store(db, must_exist=False)
+    try:
+        cid = start_campaign(store, config, name=name)
+    except CampaignError as exc:
+        raise UsageFailure(str(exc)) from None
+    with Progress(enabled=None if not as_json else False) as progress:
+        summary = run_campaign(store, cid, progress=progress)
+    _finish(summary, as_json)
+
+
+@main.command()
 @click.argument("campaign")
-def resume(campaign: str) -> None:
-    """Continue a stopped or crashed CAMPAIGN (not in this build yet)."""
-    _not_yet("`kernellab resume`")
+@db_option
+@json_option
+@_errors
+def resume(campaign: str, db: str, as_json: bool) -> None:
+    """Continue CAMPAIGN (name or id) after a stop, a crash or kill -9: finished evaluations are kept,
+    none is run twice, and the campaign reaches the budget it was given."""
+    from .campaign import CampaignError, resume_campaign
+    from .progress import Progress
+
+    store = _store(db)
+    try:
+        with Progress(enabled=None if not as_json else False) as progress:
+            summary = resume_campaign(store, campaign, progress=progress)
+    except CampaignError as exc:
+        raise UsageFailure(str(exc)) from None
+    _finish(summary, as_json)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

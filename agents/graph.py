@@ -1,0 +1,323 @@
+"""The campaign graph (LangGraph): select -> plan -> code (fan-out) -> evaluate -> (debug -> evaluate)*
+-> tune -> profile -> analyze -> select ... until a budget or a stop rule ends each problem.
+
+The **store is the source of truth**; the graph state only carries control flow (which problem, which
+round, what was selected and proposed). Every node derives its work from the store (e.g. ``evaluate``
+evaluates every candidate of the problem that has no judged evaluation yet), and every write is
+idempotent (content-hash ids). So a campaign killed at any moment and resumed from its last LangGraph
+checkpoint re-runs at most the interrupted node, finds the finished work in the store, and neither
+repeats nor loses an evaluation.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from concurrent.futures import as_completed
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Callable, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import RetryPolicy, Send
+
+from kernellab.agents.roles import Agents, Proposal
+from kernellab.problem import Problem
+
+FAILED = ("compile_error", "runtime_error", "timeout", "crash", "incorrect", "rejected")
+
+
+class CampaignState(TypedDict, total=False):
+    problem_ids: list[str]
+    index: int  # the problem being worked on
+    round: int  # expansion rounds done on that problem
+    selected: list[str | None]
+    proposals: list[dict]
+    elapsed_s: float  # active wall time over all sessions (between checkpoints)
+    coded: Annotated[list[str], operator.add]
+    done: bool
+
+
+class CodeTask(TypedDict):
+    problem_id: str
+    proposal: dict
+
+
+@dataclass
+class Context:
+    """Live objects the nodes use (not part of the checkpointed state)."""
+
+    store: Any
+    campaign_id: str
+    config: dict
+    problems: dict[str, Problem]
+    agents: Agents
+    evaluate_many: Callable[[Problem, list[dict]], Any]  # yields (candidate_id, result)
+    select: Callable[[Any, int], list[Any]]  # (tree, k) -> nodes
+    make_tree: Callable[[str], Any]  # problem_id -> search tree
+    stop_check: Callable[[str, CampaignState], str | None]  # -> reason to stop this problem
+    tune: Callable[[Problem, dict], dict | None] | None = None
+    profile: Callable[[Problem, dict, dict], tuple[list, str | None]] | None = None
+    reference: Callable[[Problem], dict] = lambda p: {}
+    progress: Any = None
+    session_start: float = field(default_factory=time.monotonic)
+
+    def event(self, kind: str, payload: dict) -> None:
+        self.store.add_event(self.campaign_id, kind, payload)
+
+
+def _tree_rows(ctx: Context, problem_id: str, selected: list[str | None] | None = None) -> list[dict]:
+    """Candidate rows with ``best`` (best judged evaluation), ``analysis`` and ``selected`` keys."""
+    store = ctx.store
+    objective = ctx.config.get("objective", "speedup_eager")
+    analyses = {}
+    for ev in store.events(ctx.campaign_id, "analyze"):
+        analyses[ev["payload"].get("candidate_id")] = ev["payload"]
+    rows = []
+    for c in store.candidates(ctx.campaign_id, problem_id):
+        evals = [e for e in store.evaluations(candidate_id=c["id"]) if e["kind"] in ("full", "retime")]
+        correct = [e for e in evals if e["status"] == "correct"]
+        best = None
+        if correct:
+            best = max(correct, key=lambda e: (e[objective] is not None, e[objective] or 0.0, -(e["median_ms"] or 0.0)))
+        elif evals:
+            best = evals[0]
+        c["best"] = best
+        c["analysis"] = analyses.get(c["id"])
+        c["selected"] = bool(selected) and c["id"] in selected
+        rows.append(c)
+    return rows
+
+
+def _remaining(ctx: Context, problem_id: str) -> int:
+    return max(0, int(ctx.config["budget"]) - len(ctx.store.candidates(ctx.campaign_id, problem_id)))
+
+
+def build_graph(ctx: Context) -> StateGraph:
+    width = int(ctx.config.get("width", 4))
+    max_debug = int(ctx.config.get("debug_rounds", 3))
+
+    def tick(state: CampaignState) -> float:
+        now = time.monotonic()
+        spent = now - ctx.session_start
+        ctx.session_start = now
+        return float(state.get("elapsed_s", 0.0)) + spent
+
+    def pid_of(state: CampaignState) -> str:
+        return state["problem_ids"][state.get("index", 0)]
+
+    # -- select --------------------------------------------------------------------------------
+    def select(state: CampaignState) -> dict:
+        elapsed = tick(state)
+        index = state.get("index", 0)
+        rnd = state.get("round", 0)
+        while index < len(state["problem_ids"]):
+            pid = state["problem_ids"][index]
+            probe = {**state, "index": index, "round": rnd, "elapsed_s": elapsed}
+            reason = ctx.stop_check(pid, probe)
+            if reason is None:
+                break
+            ctx.event("stop", {"problem_id": pid, "problem": ctx.problems[pid].name, "reason": reason,
+                               "round": rnd, "elapsed_s": round(elapsed, 3)})
+            index, rnd = index + 1, 0
+            if ctx.progress:
+                ctx.progress.update(problems_done=index)
+        if index >= len(state["problem_ids"]):
+            return {"index": index, "round": rnd, "elapsed_s": elapsed, "done": True, "selected": [], "proposals": []}
+        pid = state["problem_ids"][index]
+        tree = ctx.make_tree(pid)
+        k = min(width, _remaining(ctx, pid))
+        nodes = ctx.select(tree, k) if len(ctx.store.candidates(ctx.campaign_id, pid)) else []
+        selected = [getattr(n, "id", n) for n in nodes] or [None]
+        ctx.event("select", {"problem_id": pid, "round": rnd, "selected": selected,
+                             "policy": ctx.config.get("policy")})
+        if ctx.progress:
+            ctx.progress.update(problem=ctx.problems[pid].name, tree_size=len(tree) if hasattr(tree, "__len__") else 0)
+        return {"index": index, "round": rnd, "elapsed_s": elapsed, "done": False, "selected": selected}
+
+    # -- plan ----------------------------------------------------------------------------------
+    def plan(state: CampaignState) -> dict:
+        pid = pid_of(state)
+        problem = ctx.problems[pid]
+        selected = [s for s in state.get("selected", []) if s is not None]
+        rows = _tree_rows(ctx, pid, selected)
+        k = min(width, _remaining(ctx, pid))
+        proposals = ctx.agents.plan(problem, rows, k, ctx.reference(problem))[:k] if k > 0 else []
+        ctx.event("plan", {"problem_id": pid, "round": state.get("round", 0),
+                           "proposals": [p.to_dict() for p in proposals]})
+        return {"proposals": [p.to_dict() for p in proposals]}
+
+    def fan_out(state: CampaignState) -> list[Send] | str:
+        props = state.get("proposals") or []
+        if not props:
+            return "evaluate"
+        return [Send("code", {"problem_id": pid_of(state), "proposal": p}) for p in props]
+
+    # -- code (one per proposal, in parallel) --------------------------------------------------
+    def code(task: CodeTask) -> dict:
+        pid = task["problem_id"]
+        problem = ctx.problems[pid]
+        prop = Proposal(**task["proposal"])
+        parent = ctx.store.get_candidate(prop.parent_id) if prop.parent_id else None
+        try:
+            out = ctx.agents.code(problem, prop, parent)
+        except Exception as exc:  # a coder failure is recorded, never fatal to the campaign
+            ctx.event("code", {"problem_id": pid, "proposal": task["proposal"], "error": f"{type(exc).__name__}: {exc}"})
+            return {"coded": []}
+        cid = ctx.store.add_candidate(
+            ctx.campaign_id, pid, out.source, parent_id=prop.parent_id, parents=prop.parents,
+            origin=out.origin, model=out.model, action=out.action or prop.idea, language=out.language,
+            space=_space_of(out), meta=out.meta)
+        ctx.event("code", {"problem_id": pid, "candidate_id": cid, "action": out.action, "idea": prop.idea})
+        return {"coded": [cid]}
+
+    # -- evaluate ------------------------------------------------------------------------------
+    def evaluate(state: CampaignState) -> dict:
+        pid = pid_of(state)
+        problem = ctx.problems[pid]
+        todo = [c for c in ctx.store.candidates(ctx.campaign_id, pid)
+                if not any(e["kind"] == "full" for e in ctx.store.evaluations(candidate_id=c["id"]))]
+        if todo:
+            if ctx.progress:
+                ctx.progress.update(in_flight=len(todo))
+            for cand_id, result in ctx.evaluate_many(problem, todo):
+                ctx.store.add_evaluation(cand_id, result, kind="full")
+                if ctx.progress:
+                    ctx.progress.on_evaluation(result)
+                    ctx.progress.update(in_flight=max(0, ctx.progress.stats.in_flight - 1),
+                                        last=f"{cand_id[:10]} {result['status']}")
+        return {}
+
+    def debuggable(pid: str) -> list[tuple[dict, dict]]:
+        tried = {e["payload"].get("candidate_id") for e in ctx.store.events(ctx.campaign_id, "debug")}
+        out = []
+        for c in ctx.store.candidates(ctx.campaign_id, pid):
+            if c["id"] in tried or (c.get("meta") or {}).get("debug_round", 0) >= max_debug:
+                continue
+            full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == "full"]
+            if full and full[0]["status"] in FAILED:
+                out.append((c, full[0]))
+        return out
+
+    def after_evaluate(state: CampaignState) -> str:
+        pid = pid_of(state)
+        return "debug" if max_debug > 0 and _remaining(ctx, pid) > 0 and debuggable(pid) else "tune"
+
+    # -- debug ---------------------------------------------------------------------------------
+    def debug(state: CampaignState) -> dict:
+        pid = pid_of(state)
+        problem = ctx.problems[pid]
+        for cand, ev in debuggable(pid):
+            if _remaining(ctx, pid) <= 0:
+                break
+            try:
+                fix = ctx.agents.debug(problem, cand, ev)
+            except Exception as exc:
+                ctx.event("debug", {"candidate_id": cand["id"], "error": f"{type(exc).__name__}: {exc}"})
+                continue
+            payload = {"candidate_id": cand["id"], "status": ev["status"], "diagnosis": fix.diagnosis}
+            if fix.source:
+                meta = {**(fix.meta or {}), "debug_round": (cand.get("meta") or {}).get("debug_round", 0) + 1,
+                        "debug_of": cand["id"]}
+                new_id = ctx.store.add_candidate(
+                    ctx.campaign_id, pid, fix.source, parent_id=cand["id"], origin=cand["origin"],
+                    model=cand["model"], action=fix.action or f"debug: {fix.diagnosis[:80]}",
+                    language=cand["language"], space=_space_from_source(fix.source), meta=meta)
+                payload["fixed_candidate_id"] = new_id
+            ctx.event("debug", payload)
+        return {}
+
+    # -- tune, profile, analyze ----------------------------------------------------------------
+    def tune(state: CampaignState) -> dict:
+        if ctx.tune is None:
+            return {}
+        pid = pid_of(state)
+        problem = ctx.problems[pid]
+        done = {e["payload"].get("candidate_id") for e in ctx.store.events(ctx.campaign_id, "tune")}
+        for c in ctx.store.candidates(ctx.campaign_id, pid):
+            if c["id"] in done or not c.get("space"):
+                continue
+            full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == "full"]
+            if not full or full[0]["status"] != "correct":
+                continue
+            summary = ctx.tune(problem, c) or {}
+            ctx.event("tune", {"candidate_id": c["id"], **summary})
+        return {}
+
+    def best_of(pid: str) -> dict | None:
+        rows = ctx.store.best(ctx.campaign_id, pid, ctx.config.get("objective", "speedup_eager"))
+        return rows[0] if rows else None
+
+    def profile(state: CampaignState) -> dict:
+        pid = pid_of(state)
+        best = best_of(pid)
+        if ctx.profile is None or best is None:
+            return {}
+        cand = ctx.store.get_candidate(best["candidate_id"])
+        if ctx.store.evaluations(candidate_id=cand["id"], kind="profile") or any(
+                e["payload"].get("candidate_id") == cand["id"] for e in ctx.store.events(ctx.campaign_id, "profile")):
+            return {}
+        metrics, why_not = ctx.profile(ctx.problems[pid], cand, best)
+        if metrics:
+            ctx.store.add_evaluation(cand["id"], {"status": "correct", "config": best.get("config"),
+                                                  "device": best.get("device")}, kind="profile", metrics=metrics)
+        ctx.event("profile", {"candidate_id": cand["id"], "metrics": len(metrics), "skipped": why_not})
+        return {}
+
+    def analyze(state: CampaignState) -> dict:
+        pid = pid_of(state)
+        best = best_of(pid)
+        if best is not None and not any(e["payload"].get("candidate_id") == best["candidate_id"]
+                                        for e in ctx.store.events(ctx.campaign_id, "analyze")):
+            cand = ctx.store.get_candidate(best["candidate_id"])
+            prof = ctx.store.evaluations(candidate_id=cand["id"], kind="profile")
+            metrics = ctx.store.metrics(prof[-1]["id"]) if prof else []
+            try:
+                a = ctx.agents.analyze(ctx.problems[pid], cand, best, metrics)
+                ctx.event("analyze", {"candidate_id": cand["id"], **a.to_dict()})
+            except Exception as exc:
+                ctx.event("analyze", {"candidate_id": cand["id"], "error": f"{type(exc).__name__}: {exc}"})
+        return {"round": state.get("round", 0) + 1, "coded": []}
+
+    g = StateGraph(CampaignState)
+    retry = RetryPolicy(max_attempts=2)
+    g.add_node("select", select)
+    g.add_node("plan", plan, retry_policy=retry)
+    g.add_node("code", code, retry_policy=retry)
+    g.add_node("evaluate", evaluate)
+    g.add_node("debug", debug, retry_policy=retry)
+    g.add_node("tune", tune)
+    g.add_node("profile", profile)
+    g.add_node("analyze", analyze, retry_policy=retry)
+    g.add_edge(START, "select")
+    g.add_conditional_edges("select", lambda s: END if s.get("done") else "plan", ["plan", END])
+    g.add_conditional_edges("plan", fan_out, ["code", "evaluate"])
+    g.add_edge("code", "evaluate")
+    g.add_conditional_edges("evaluate", after_evaluate, ["debug", "tune"])
+    g.add_edge("debug", "evaluate")
+    g.add_edge("tune", "profile")
+    g.add_edge("profile", "analyze")
+    g.add_edge("analyze", "select")
+    return g
+
+
+def _space_of(code: Any) -> dict | None:
+    space = (code.meta or {}).get("space")
+    return space if space else _space_from_source(code.source)
+
+
+def _space_from_source(source: str) -> dict | None:
+    """Read a literal module-level ``SPACE = {...}`` without executing the (untrusted) source."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SPACE" for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return None
+            return {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in value.items()} if isinstance(value, dict) else None
+    return None

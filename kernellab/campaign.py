@@ -1,0 +1,196 @@
+"""Campaigns: start one over problem files, run it through the agent graph, resume it after a stop,
+a crash or ``kill -9``. The LangGraph checkpoints live in the campaign's own database
+(``SqliteSaver``, ``thread_id`` = campaign id), next to the store's tables.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from kernellab import env
+from kernellab.problem import Problem, ProblemError, load_problem
+
+__all__ = ["CampaignConfig", "start_campaign", "run_campaign", "resume_campaign", "CampaignError"]
+
+
+class CampaignError(RuntimeError):
+    """A campaign that cannot start or continue (bad configuration, unknown campaign)."""
+
+
+@dataclass
+class CampaignConfig:
+    problems: list[str]
+    llm: str = "builtin"
+    base_url: str | None = None
+    budget: int = 8  # candidates per problem (debugger fixes included)
+    time_budget_s: float | None = None  # active wall time for the whole campaign
+    gpu_budget_s: float | None = None  # summed evaluation time
+    usd_budget: float | None = None  # LLM dollars
+    policy: str = "greedy"
+    seed: int = 0
+    trials: int = 5  # correctness trials per evaluation
+    width: int = 4  # proposals expanded in parallel per round
+    debug_rounds: int = 3
+    tune_trials: int = 0  # Optuna trials per candidate with a SPACE (0 = no tuning)
+    objective: str = "speedup_eager"
+    target: float | None = None  # stop a problem once this speedup is reached
+    plateau: int = 3  # stop a problem after this many rounds gaining < plateau_gain
+    plateau_gain: float = 0.01
+    device: str | None = None  # None = cuda when available, else cpu
+    small: bool | None = None  # None = SMALL sizes on CPU only
+    replay: str | None = None  # answer LLM calls from this campaign's recorded calls
+
+    def validate(self) -> None:
+        if not self.problems:
+            raise CampaignError("no problem given")
+        if self.budget < 1:
+            raise CampaignError("--budget must be at least 1")
+        if self.width < 1:
+            raise CampaignError("--width must be at least 1")
+        if self.objective not in ("speedup_eager", "speedup_compile"):
+            raise CampaignError(f"objective {self.objective!r} is not speedup_eager or speedup_compile")
+        if self.device not in (None, "cpu", "cuda"):
+            raise CampaignError(f"--device {self.device!r} is not cpu or cuda")
+        if self.device == "cuda" and not env.has_cuda():
+            raise CampaignError("--device cuda, but no CUDA device is visible")
+
+
+def start_campaign(store: Any, config: CampaignConfig, name: str | None = None) -> str:
+    """Validate the configuration and the problems, then create the campaign (nothing is written
+    when a problem file is bad)."""
+    config.validate()
+    problems = [load_problem(p) for p in config.problems]
+    _check_policy(config.policy)
+    if config.llm != "builtin":
+        _llm_agents(config, store=None, campaign_id=None, preflight=True)
+    device = config.device or env.default_device()
+    name = name or f"{'+'.join(p.name for p in problems)[:60]}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    cfg = asdict(config)
+    cfg["problem_ids"] = [store.add_problem(p) for p in problems]
+    return store.create_campaign(name, cfg, env.device_name(device), env.versions())
+
+
+def _check_policy(name: str) -> None:
+    from kernellab import search
+
+    if name not in search.POLICIES:
+        raise CampaignError(f"--policy {name!r} is not one of {', '.join(sorted(search.POLICIES))}")
+
+
+def _llm_agents(config: CampaignConfig, store: Any, campaign_id: str | None, preflight: bool = False) -> Any:
+    from kernellab.agents import llm
+
+    agents = llm.make_agents(config.llm, base_url=config.base_url, store=store, campaign_id=campaign_id,
+                             replay=config.replay, budget_usd=config.usd_budget)
+    if preflight and not config.replay:
+        agents.preflight()
+    return agents
+
+
+def make_agents(config: CampaignConfig, store: Any, campaign_id: str) -> Any:
+    if config.llm == "builtin":
+        from kernellab.agents.builtin import BuiltinAgents
+
+        return BuiltinAgents()
+    return _llm_agents(config, store, campaign_id)
+
+
+def _problems_of(store: Any, camp: dict) -> dict[str, Problem]:
+    out = {}
+    for pid in camp["config"]["problem_ids"]:
+        row = store.get_problem(pid)
+        out[pid] = Problem(name=row["name"], source=row["source"], path=row["path"])
+    return out
+
+
+def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: Any = None) -> dict:
+    """Run (or continue) a campaign to the end of its budgets; returns the store's summary."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from kernellab import sandbox, search
+    from kernellab.agents.graph import Context, build_graph
+
+    camp = store.get_campaign(campaign_id)
+    if camp is None:
+        raise CampaignError(f"no campaign {campaign_id!r}")
+    cfg_dict = {k: v for k, v in camp["config"].items() if k in CampaignConfig.__dataclass_fields__}
+    config = CampaignConfig(**cfg_dict)
+    problems = _problems_of(store, camp)
+    agents = make_agents(config, store, camp["id"])
+    device = config.device or env.default_device()
+    own_executor = executor is None
+    executor = executor or sandbox.LocalExecutor()
+    policy = search.get_policy(config.policy, seed=config.seed)
+    budget = search.Budget(candidates=config.budget, wall_s=config.time_budget_s, gpu_s=config.gpu_budget_s,
+                           llm_usd=config.usd_budget)
+
+    def evaluate_many(problem: Problem, cands: list[dict]) -> Iterator[tuple[str, dict]]:
+        # evaluate() blocks on its job; threads keep several jobs in flight in the executor's pool
+        with ThreadPoolExecutor(max_workers=max(1, min(len(cands), config.width))) as pool:
+            futs = {pool.submit(sandbox.evaluate, problem, c["source"], small=config.small, device=device,
+                                trials=config.trials, store=store, executor=executor): c["id"] for c in cands}
+            for fut in as_completed(futs):
+                yield futs[fut], fut.result()
+
+    def stop_check(pid: str, state: dict) -> str | None:
+        tree = search.Tree(store, camp["id"], pid, objective=config.objective)
+        return search.stop_reason(tree, budget, store=store, campaign_id=camp["id"], elapsed_s=state.get("elapsed_s", 0.0),
+                                  rounds=state.get("round", 0), target=config.target,
+                                  plateau=config.plateau, plateau_gain=config.plateau_gain)
+
+    def tune(problem: Problem, cand: dict) -> dict | None:
+        if config.tune_trials <= 0:
+            return None
+        return search.tune(problem, cand, store=store, executor=executor, n_trials=config.tune_trials,
+                           seed=config.seed, small=config.small, device=device)
+
+    def profile(problem: Problem, cand: dict, best: dict) -> tuple[list, str | None]:
+        if device != "cuda":
+            return [], "no CUDA device: Nsight Compute profiling skipped"
+        return sandbox.profile(problem, cand["source"], config=best.get("config") or None)
+
+    ctx = Context(store=store, campaign_id=camp["id"], config=asdict(config), problems=problems, agents=agents,
+                  evaluate_many=evaluate_many, select=policy.select,
+                  make_tree=lambda pid: search.Tree(store, camp["id"], pid, objective=config.objective),
+                  stop_check=stop_check, tune=tune, profile=profile, progress=progress)
+    if progress is not None:
+        progress.update(campaign=camp["name"], problems_total=len(problems))
+    store.update_campaign(camp["id"], status="running")
+    store.add_event(camp["id"], "session", {"started": True, "pid": os.getpid()})
+    conn = sqlite3.connect(store.path, check_same_thread=False, timeout=60)
+    try:
+        saver = SqliteSaver(conn)
+        graph = build_graph(ctx).compile(checkpointer=saver)
+        run_cfg = {"configurable": {"thread_id": camp["id"]}, "recursion_limit": 100_000}
+        snap = graph.get_state(run_cfg)
+        if snap.values and not snap.next:
+            pass  # finished before: nothing to do
+        elif snap.values:
+            graph.invoke(None, run_cfg)
+        else:
+            graph.invoke({"problem_ids": list(problems), "index": 0, "round": 0, "elapsed_s": 0.0,
+                          "coded": []}, run_cfg)
+        store.update_campaign(camp["id"], status="done")
+    except BaseException as exc:
+        store.update_campaign(camp["id"], status="stopped")
+        store.add_event(camp["id"], "session", {"stopped": f"{type(exc).__name__}: {exc}"[:500]})
+        raise
+    finally:
+        conn.close()
+        if own_executor:
+            executor.shutdown()
+    return store.summary(camp["id"])
+
+
+def resume_campaign(store: Any, ref: str, progress: Any = None, executor: Any = None) -> dict:
+    camp = store.get_campaign(ref)
+    if camp is None:
+        raise CampaignError(f"no campaign {ref!r} in {store.path}")
+    return run_campaign(store, camp["id"], progress=progress, executor=executor)
