@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The GPU tests and the GPU benchmarks in one call, on a CUDA host (e.g. the H200 behind the `device`
+# tool). Usage: scripts/gpu_check.sh [STEP...]   STEPs: env tests eager sandbox gemm tuning builtin
+# bench:SUITE (default: env tests). Logs and results go to $OUT (default ./gpu-out); result files
+# are also written under experiments/results/.
+#
+# The GPU host is offline and lacks langgraph/optuna/sqlite-utils/anthropic: their wheels travel in
+# .whl (made with ../shared/tools/gpu-wheels.sh .whl langgraph langgraph-checkpoint-sqlite optuna
+# sqlite-utils anthropic openai) and are installed into /tmp/site with kernellab itself.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(env tests)
+
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
+fi
+$PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target /tmp/site . || exit 3
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+rc=0
+for step in "${steps[@]}"; do
+  echo "=== $step ($(date -u +%H:%M:%S))"
+  case "$step" in
+    env)
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv
+      $PY -c "import kernellab.env as e, json; print(json.dumps(e.versions())); print(e.device_name())"
+      (command -v ncu && ncu --version | tail -1) || echo "ncu: not on PATH" ;;
+    tests)
+      $PY -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu-tests.log"; rc=$((rc | ${PIPESTATUS[0]})) ;;
+    eager)   $PY experiments/measure_eager.py 2>&1 | tee "$OUT/eager.log" ;;
+    sandbox) $PY experiments/bench_sandbox.py 2>&1 | tee "$OUT/sandbox.log" ;;
+    gemm)    $PY experiments/bench_gemm_templates.py 2>&1 | tee "$OUT/gemm.log" ;;
+    tuning)  $PY experiments/bench_tuning.py 2>&1 | tee "$OUT/tuning.log" ;;
+    builtin) $PY experiments/bench_builtin.py 2>&1 | tee "$OUT/builtin.log" ;;
+    bench:*) $PY -m kernellab.cli bench "${step#bench:}" --db "$OUT/bench.db" 2>&1 | tee "$OUT/bench.log" ;;
+    *) echo "unknown step $step"; rc=2 ;;
+  esac
+done
+cp experiments/results/*.md experiments/results/*.json "$OUT"/ 2>/dev/null || true
+exit $rc
