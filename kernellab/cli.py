@@ -290,12 +290,42 @@ def export(campaign: str) -> None:
     _not_yet("`kernellab export`")
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@main.command()
 @click.argument("suite")
-def bench(suite: str) -> None:
-    """Run the benchmark SUITE (not in this build yet)."""
-    _not_yet("`kernellab bench`")
+@_campaign_options
+@click.option("--name", default=None, help="Name in the result files (default: the suite's).")
+@click.option("--allow-library", is_flag=True, help="Count library-only candidates as wins.")
+@click.option("--out-dir", type=click.Path(), default=None, help="Where the result files go (default experiments/results).")
+@db_option
+@json_option
+@_errors
+def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None, db: str, as_json: bool,
+          device: str, **opts: Any) -> None:
+    """Run a campaign per problem of SUITE (a name in experiments/suites/, a suite file or a folder)
+    and write experiments/results/<date>-<device>-<name>.json and .md: per problem the best speedup vs
+    eager and torch.compile (p20-p80), evaluations and time to the best, the winning action chain;
+    fast_0/1/1.5/2 and geometric means; failures by class; the environment."""
+    from pathlib import Path
 
+    from . import views
+    from .bench import RESULTS, config_kwargs, run_bench
+    from .campaign import CampaignError
+    from .progress import Progress
+
+    kw = config_kwargs(device=None if device == "auto" else device, **opts)
+    store = _store(db, must_exist=False)
+    try:
+        with Progress(enabled=None if not as_json else False) as progress:
+            result, jpath, mpath = run_bench(suite, store, kw, name=name, allow_library=allow_library,
+                                             out_dir=Path(out_dir) if out_dir else RESULTS, progress=progress)
+    except (FileNotFoundError, CampaignError) as exc:
+        raise UsageFailure(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({**result, "files": [str(jpath), str(mpath)]}, indent=2, default=str))
+    else:
+        views.console.print(mpath.read_text())
+        views.console.print(f"results: {jpath} and {mpath}")
+    sys.exit(EXIT_OK if result["summary"]["correct"] else EXIT_FAILED)
 
 if __name__ == "__main__":  # pragma: no cover
     main()
