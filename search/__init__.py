@@ -1,0 +1,25 @@
+"""Search: the tree of variants, selection policies, Optuna tuning, budgets and stop rules.
+
+Read in this order: ``_tree`` (the tree as a view over the store), ``_policies`` (which nodes to
+expand), ``_budget`` (when to stop), ``_tune`` (Optuna over a candidate's ``SPACE``).
+"""
+
+from __future__ import annotations
+
+from ._budget import (
+                      CEILINGS,
+                      Budget,
+                      StopDecision,
+                      StopRules,
+                      Usage,
+                      check,
+                      pct_of_ceiling,
+                      stop_if_done,
+                      stop_reason,
+)
+from ._policies import POLICIES, UCT, Beam, Evolve, Greedy, get_policy
+from ._tree import Node, Tree, score_of
+
+__all__ = ["Tree", "Node", "score_of", "Greedy", "Beam", "UCT", "Evolve", "POLICIES", "get_policy",
+           "Budget", "Usage", "StopRules", "StopDecision", "CEILINGS", "pct_of_ceiling", "check", "stop_if_done",
+           "stop_reason", "tune", "parse_space", "read_space", "SpaceError", "TuneResult"]

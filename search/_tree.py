@@ -1,0 +1,173 @@
+"""The tree of variants: a read-only view over the store's candidates and evaluations.
+
+A node is a candidate; its parent is the candidate it was made from and ``action`` says how. A node's
+*score* is its best correct evaluation (kinds ``full`` and ``retime``) under the campaign objective.
+
+On a machine without a GPU timings are *interpreted* (Triton interpreter on CPU) and carry no speedup.
+The search still needs an order, so such a node gets a **surrogate score**, ``eager_ms / median_ms``
+measured in the same interpreted run, with ``surrogate=True``. Surrogate scores only steer the search
+on CPU; they are never reported as speedups (the store's ``best``/``summary`` never read them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kernellab.problem import content_hash
+
+__all__ = ["Node", "Tree", "score_of"]
+
+_JUDGED = ("full", "retime")  # evaluations that can make a node's score; "trial" rows are Optuna's
+
+
+def score_of(evaluation: dict, objective: str) -> tuple[float | None, bool]:
+    """(score, surrogate) of one evaluation; (None, False) when it is not correct or not timed."""
+    if evaluation.get("status") != "correct":
+        return None, False
+    value = evaluation.get(objective)
+    if value is not None and not evaluation.get("interpreted"):
+        return float(value), False
+    eager, ms = evaluation.get("eager_ms"), evaluation.get("median_ms")
+    if eager and ms:
+        return float(eager) / float(ms), True  # never reported: steers the search only
+    return None, False
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    parent_id: str | None
+    depth: int
+    action: str
+    origin: str
+    source_hash: str
+    parents: tuple[str, ...]  # every parent named by the expansion (two for an evolve crossover)
+    children: tuple[str, ...]
+    status: str | None  # of the best correct evaluation, else of the latest judged one; None: not evaluated
+    error_class: str | None
+    score: float | None  # None: failed or not evaluated, so never selected for expansion
+    surrogate: bool  # the score is the interpreted eager/median ratio, not a speedup
+    best: dict | None  # the evaluation that gives the score
+    has_space: bool
+    partner: str | None = None  # set on a selection only: the second parent of an evolve crossover
+
+
+class Tree:
+    """Nodes of one (campaign, problem), loaded from ``store`` when built; ``reload()`` re-reads."""
+
+    def __init__(self, store: Any, campaign_id: str, problem_id: str, objective: str = "speedup_eager"):
+        if objective not in ("speedup_eager", "speedup_compile"):
+            raise ValueError(f"objective {objective!r} is not one of speedup_eager, speedup_compile")
+        self.store, self.campaign_id, self.problem_id, self.objective = store, campaign_id, problem_id, objective
+        self.reload()
+
+    def reload(self) -> Tree:
+        rows = self.store.candidates(self.campaign_id, self.problem_id)
+        evals: dict[str, list[dict]] = {r["id"]: [] for r in rows}
+        for e in self.store.evaluations(campaign_id=self.campaign_id):
+            if e["candidate_id"] in evals and e["kind"] in _JUDGED:
+                evals[e["candidate_id"]].append(e)
+        kids: dict[str, list[str]] = {r["id"]: [] for r in rows}
+        for r in rows:
+            if r["parent_id"] in kids:
+                kids[r["parent_id"]].append(r["id"])
+        self._rows = {r["id"]: r for r in rows}
+        self._nodes = {r["id"]: self._node(r, evals[r["id"]], kids[r["id"]]) for r in rows}
+        return self
+
+    def _node(self, row: dict, evals: list[dict], kids: list[str]) -> Node:
+        best, score, surrogate = None, None, False
+        for e in evals:  # ties keep the earlier evaluation
+            s, sur = score_of(e, self.objective)
+            if s is not None and (score is None or s > score):
+                best, score, surrogate = e, s, sur
+        shown = best or (evals[-1] if evals else None)
+        parents = tuple(row.get("parents") or ([row["parent_id"]] if row["parent_id"] else []))
+        return Node(id=row["id"], parent_id=row["parent_id"], depth=row["depth"], action=row["action"] or "",
+                    origin=row["origin"], source_hash=row["source_hash"], parents=parents,
+                    children=tuple(kids), status=shown["status"] if shown else None,
+                    error_class=shown.get("error_class") if shown else None, score=score,
+                    surrogate=surrogate, best=best, has_space=bool(row.get("space")))
+
+    # -- reading -------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self._nodes.values())  # creation order
+
+    def __getitem__(self, node_id: str) -> Node:
+        return self._nodes[node_id]
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._nodes
+
+    def roots(self) -> list[Node]:
+        return [n for n in self if n.parent_id is None]
+
+    def children(self, node_id: str) -> list[Node]:
+        return [self._nodes[c] for c in self._nodes[node_id].children]
+
+    def subtree(self, node_id: str) -> list[Node]:
+        out, todo = [], [node_id]
+        while todo:
+            n = self._nodes[todo.pop(0)]
+            out.append(n)
+            todo.extend(n.children)
+        return out
+
+    def scored(self) -> list[Node]:
+        """The nodes a policy may expand: correct and timed, in creation order."""
+        return [n for n in self if n.score is not None]
+
+    def best(self) -> Node | None:
+        return max(self.scored(), key=lambda n: n.score, default=None)  # first of equals wins
+
+    def rows(self, selected: list[Node] = ()) -> list[dict]:
+        """Store rows with ``best`` and ``selected`` keys: the tree as ``Agents.plan`` reads it."""
+        picked = {n.id for n in selected}
+        return [{**self._rows[n.id], "best": n.best, "selected": n.id in picked} for n in self]
+
+    # -- duplicates ----------------------------------------------------------------------------
+    def source_hash(self, source: str) -> str:
+        return content_hash(self.problem_id, source)  # the store's candidates.source_hash
+
+    def known_result(self, source: str, device: str | None = None) -> dict | None:
+        """The judged evaluation already recorded for this exact source: from this campaign, or,
+        when ``device`` is given, from any campaign on that device. None: it was never evaluated."""
+        h = self.source_hash(source)
+        for n in self:
+            if n.source_hash == h and (n.best or n.status):
+                return n.best or self._latest(n.id)
+        if device is None:
+            return None
+        for cand in self.store.find_by_source_hash(h):
+            judged = [e for e in self.store.evaluations(candidate_id=cand["id"])
+                      if e["kind"] in _JUDGED and e.get("device") == device]
+            if judged:
+                return max(judged, key=lambda e: score_of(e, self.objective)[0] or float("-inf"))
+        return None
+
+    def _latest(self, node_id: str) -> dict | None:
+        judged = [e for e in self.store.evaluations(candidate_id=node_id) if e["kind"] in _JUDGED]
+        return judged[-1] if judged else None
+
+    def evaluate_once(self, source: str, evaluate: Callable[[str], dict], *, device: str | None = None,
+                      **candidate: Any) -> tuple[str, dict, bool]:
+        """Add ``source`` as a candidate and evaluate it, unless the same source was evaluated before:
+        then the earlier result is recorded for this candidate and ``evaluate`` is not called.
+        Returns (candidate_id, result, reused). ``candidate`` goes to ``store.add_candidate``."""
+        known = self.known_result(source, device)
+        cid = self.store.add_candidate(self.campaign_id, self.problem_id, source, **candidate)
+        if known is not None:
+            result = {k: v for k, v in known.items() if k not in ("id", "candidate_id", "campaign_id")}
+            result["details"] = {**(known.get("details") or {}), "reused_from": known["id"]}
+            self.store.add_evaluation(cid, result, kind=known["kind"])
+            self.reload()
+            return cid, result, True
+        result = evaluate(source)
+        self.store.add_evaluation(cid, result, kind="full")
+        self.reload()
+        return cid, result, False
