@@ -1,4 +1,7 @@
-"""GEMM with a pointwise epilogue: y = gelu(x @ W^T + b) * scale."""
+"""GEMM with a pointwise epilogue: y = gelu(x @ W^T + b) * scale.
+
+Eager H200 estimate: 2*4096^3 = 137 GFLOP at fp32 51 TFLOP/s ~ 2.7 ms, + 2 pointwise passes over 64 MB ~ 0.06 ms.
+"""
 
 import torch
 
