@@ -276,18 +276,56 @@ def resume(campaign: str, db: str, as_json: bool) -> None:
     _finish(summary, as_json)
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@main.command()
 @click.argument("campaign")
-def report(campaign: str) -> None:
-    """Write the HTML report of a CAMPAIGN (not in this build yet)."""
-    _not_yet("`kernellab report`")
+@click.option("-o", "--output", "output", default="kernellab-report.html", show_default=True, metavar="FILE",
+              help="Where to write the HTML file.")
+@db_option
+@json_option
+@_errors
+def report(campaign: str, output: str, db: str, as_json: bool) -> None:
+    """Write the HTML report of a CAMPAIGN: one self-contained file (no network needed) with
+    speedups, progress, lineage, tree, roofline, failures, LLM cost and the best source."""
+    from . import report as report_mod
+
+    store = _store(db)
+    camp = store.get_campaign(campaign)
+    if camp is None:
+        raise UsageFailure(f"no campaign {campaign!r} in {db}")
+    path = report_mod.write(store, camp["id"], output)
+    emit({"campaign": camp["id"], "report": str(path)}, as_json,
+         lambda o: click.echo(f"report of {camp['name']} written to {o['report']}"))
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@main.command()
 @click.argument("campaign")
-def export(campaign: str) -> None:
-    """Export the best kernel of a CAMPAIGN as a standalone file (not in this build yet)."""
-    _not_yet("`kernellab export`")
+@click.option("--problem", default=None, metavar="P",
+              help="Problem name or id (needed when the campaign has several problems).")
+@click.option("-o", "--output", "output", default=None, metavar="FILE",
+              help="Where to write the .py file [default: best_<problem>.py].")
+@db_option
+@json_option
+@_errors
+def export(campaign: str, problem: str | None, output: str | None, db: str, as_json: bool) -> None:
+    """Export the best kernel of a CAMPAIGN as one standalone .py file with its tuned CONFIG,
+    loadable with the original model's state_dict. Exit 1 when the problem has no correct candidate."""
+    from . import export as export_mod
+
+    store = _store(db)
+    try:
+        path, best = export_mod.export(store, campaign, problem, output)
+    except export_mod.NoCorrectCandidate as exc:
+        click.echo(f"kernellab: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
+    except export_mod.ExportError as exc:
+        raise UsageFailure(str(exc)) from None
+    e = best["evaluation"]
+    obj = {"path": str(path), "campaign": best["campaign"]["id"], "problem": best["problem"]["name"],
+           "candidate": best["candidate"]["id"], "evaluation": e["id"], "config": e.get("config") or {},
+           "interpreted": bool(e["interpreted"]), "speedup_eager": None if e["interpreted"] else e["speedup_eager"],
+           "speedup_compile": None if e["interpreted"] else e["speedup_compile"]}
+    emit(obj, as_json, lambda o: click.echo(f"best candidate {o['candidate'][:12]} of {o['problem']} "
+                                            f"written to {o['path']}"))
 
 
 @main.command()
