@@ -1,0 +1,156 @@
+"""Correctness and integrity checks on tensors (run in the worker).
+
+Trials draw inputs from several distributions, each derived from the problem's own ``get_inputs``
+sample so that a problem whose inputs must stay positive (a log, a sqrt) keeps them positive:
+
+- ``problem``: the problem's own sample;
+- ``uniform``: uniform over the sample's own [min, max];
+- ``large``:   the sample times :data:`LARGE_SCALE` (``atol`` scales with it, ``rtol`` does not);
+- ``mixed``:   magnitudes spread over four decades, signs mixed when the sample has both signs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+DISTRIBUTIONS = ("problem", "uniform", "large", "mixed")
+LARGE_SCALE = 16.0
+# A candidate may differ from the reference by this relative L2 norm (times rtol, floor 1e-6) at most:
+# it catches outputs that are slightly wrong everywhere but pass allclose thanks to atol.
+NORM_FACTOR = 1.0
+_FIRST_BAD = 5
+
+
+def distribution(trial: int) -> str:
+    return DISTRIBUTIONS[trial % len(DISTRIBUTIONS)]
+
+
+def transform(inputs: list, dist: str, gen: torch.Generator) -> list:
+    out = []
+    for x in inputs:
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point()) or dist == "problem" or x.numel() == 0:
+            out.append(x)
+            continue
+        x32 = x.float()
+        if dist == "uniform":
+            lo, hi = float(x32.min()), float(x32.max())
+            u = torch.rand(x.shape, generator=gen, device="cpu").to(x.device)
+            y = lo + (hi - lo) * u
+        elif dist == "large":
+            y = x32 * LARGE_SCALE
+        elif dist == "mixed":
+            mag = 10.0 ** (torch.rand(x.shape, generator=gen, device="cpu") * 4 - 3)  # 1e-3 .. 10
+            sign = torch.where(torch.rand(x.shape, generator=gen, device="cpu") < 0.5, -1.0, 1.0)
+            y = (mag * sign).to(x.device)
+            if float(x32.min()) >= 0:
+                y = y.abs()
+        else:  # pragma: no cover - guarded by DISTRIBUTIONS
+            raise ValueError(dist)
+        out.append(y.to(x.dtype))
+    return out
+
+
+def clone_all(inputs: list) -> list:
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def modified_inputs(before: list, after: list) -> list[int]:
+    """Indices of tensor inputs whose contents changed (bitwise, NaN equal to NaN)."""
+    bad = []
+    for i, (a, b) in enumerate(zip(before, after)):
+        if isinstance(a, torch.Tensor):
+            if a.shape != b.shape or a.dtype != b.dtype or not torch.equal(_bits(a), _bits(b)):
+                bad.append(i)
+    return bad
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().contiguous()
+    if t.is_floating_point() and t.element_size() in (2, 4, 8):
+        return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    st = t.untyped_storage()
+    return st.data_ptr(), st.data_ptr() + max(st.nbytes(), 1)
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.device != b.device:
+        return False
+    a0, a1 = _span(a)
+    b0, b1 = _span(b)
+    return a0 < b1 and b0 < a1
+
+
+def poison(sizes: list[tuple[int, torch.device]], copies: int = 4) -> None:
+    """Fill freed memory with NaN: allocate blocks of the sizes the candidate is likely to ask for
+    (its outputs' and inputs' sizes), fill them and free them, so that the caching allocator hands
+    poisoned blocks to a candidate that returns uninitialised memory hoping for stale results."""
+    keep = []
+    for nbytes, device in sizes:
+        n = max(1, nbytes // 4)
+        for _ in range(copies):
+            keep.append(torch.full((n,), float("nan"), dtype=torch.float32, device=device))
+    del keep
+
+
+def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> dict[str, Any]:
+    """Compare one output; returns a dict with ``ok``, ``error_class`` (when not ok), errors, and the
+    first mismatched indices (Liger style: what a person debugging the kernel looks at first)."""
+    r = ref.detach().double()
+    o = out.detach().double()
+    res: dict[str, Any] = {"ok": True}
+    r_fin, o_fin = torch.isfinite(r), torch.isfinite(o)
+    # NaN/Inf rule: where the reference is finite, the candidate must be finite; where it is not,
+    # the candidate must hold the same non-finite value (NaN where NaN, +Inf where +Inf).
+    bad_nf = (r_fin & ~o_fin) | (~r_fin & ~((torch.isnan(r) & torch.isnan(o)) | (r == o)))
+    both = r_fin & o_fin
+    diff = torch.where(both, (r - o).abs(), torch.zeros_like(r))
+    rel = diff / r.abs().clamp_min(1e-12)
+    res["max_abs_err"] = float(diff.max()) if diff.numel() else 0.0
+    res["max_rel_err"] = float(torch.where(diff > atol, rel, torch.zeros_like(rel)).max()) if diff.numel() else 0.0
+    bad_close = both & (diff > atol + rtol * r.abs())
+    if bool(bad_nf.any()):
+        idx = bad_nf.nonzero()[:_FIRST_BAD].tolist()
+        res.update(ok=False, error_class="nan", first_bad=idx,
+                   message=f"{int(bad_nf.sum())} non-finite values where the reference differs (first at {idx})")
+        return res
+    if bool(bad_close.any()):
+        idx = bad_close.nonzero()[:_FIRST_BAD].tolist()
+        vals = [(float(r[tuple(i)]), float(o[tuple(i)])) for i in idx] if r.dim() else [(float(r), float(o))]
+        res.update(ok=False, error_class="mismatch", first_bad=idx, first_bad_values=vals,
+                   mismatched=int(bad_close.sum()), total=int(r.numel()),
+                   message=f"{int(bad_close.sum())}/{r.numel()} elements differ beyond atol={atol:g} rtol={rtol:g}; "
+                           f"first at {idx} (reference, candidate) = {vals[:3]}")
+        return res
+    rf, of = r[both], o[both]
+    denom = float(rf.norm())
+    rel_norm = float((rf - of).norm()) / denom if denom > 0 else float((rf - of).norm())
+    res["rel_norm"] = rel_norm
+    if rel_norm > max(NORM_FACTOR * rtol, 1e-6) and float((rf - of).norm()) > atol:
+        res.update(ok=False, error_class="mismatch",
+                   message=f"relative L2 error {rel_norm:.3g} exceeds {max(NORM_FACTOR * rtol, 1e-6):.3g}")
+    return res
+
+
+def check_structure(ref: list[torch.Tensor], out: Any) -> tuple[str, str] | None:
+    """(error_class, message) when count, shape or dtype of the outputs differ."""
+    from kernellab.problem import output_tensors
+
+    outs = output_tensors(out)
+    if outs is None:
+        return "type", f"ModelNew.forward returned {type(out).__name__}, not a tensor or a tuple of tensors"
+    if len(outs) != len(ref):
+        return "count", f"{len(outs)} outputs, the reference returns {len(ref)}"
+    for i, (r, o) in enumerate(zip(ref, outs)):
+        if tuple(r.shape) != tuple(o.shape):
+            return "shape", f"output {i} has shape {tuple(o.shape)}, the reference {tuple(r.shape)}"
+        if r.dtype != o.dtype:
+            return "dtype", f"output {i} has dtype {o.dtype}, the reference {r.dtype}"
+        if r.device != o.device:
+            return "device", f"output {i} is on {o.device}, the reference on {r.device}"
+    return None

@@ -1,0 +1,218 @@
+"""Watchers installed in a worker around candidate code (they run in the worker, never the caller).
+
+- :class:`StateSnapshot`: identities of timing functions and of torch's public callables, plus the
+  numerics flags that change what the *reference* computes (TF32...). Taken before the candidate
+  is imported; any difference afterwards is a rejection.
+- :class:`ForwardWatch`: detects calls of the reference ``Model.forward`` -- the problem's and the
+  candidate's own copy of ``class Model`` (generated candidates subclass it). On Python >= 3.12 it
+  watches the code objects with ``sys.monitoring`` (it sees every call, however the function was
+  reached); before 3.12 it wraps the class attributes.
+- :class:`LaunchCounter`: counts and times the candidate's own Triton launches (``JITFunction.run``
+  and, in the interpreter, ``InterpretedFunction.run``), which gives ``own_kernel_share`` on the CPU
+  and the names of own kernels for the GPU profiler.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import types
+from typing import Any
+
+import torch
+
+# What a timing hack would patch; a change to one of these is reported as `timing_patched`.
+TIMING_NAMES = ("time.perf_counter", "time.perf_counter_ns", "time.monotonic", "time.monotonic_ns", "time.time",
+                "time.time_ns", "torch.cuda.synchronize", "torch.cuda.Event", "torch.cuda.Event.record",
+                "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize", "torch.cuda.Event.query",
+                "torch.cuda.Event.__init__", "torch.cuda.Event.__new__", "torch.cuda.Stream.synchronize",
+                "torch.cuda.current_stream", "torch.cuda.Stream.wait_stream", "torch.cuda.Event.wait")
+
+
+def _namespaces() -> dict[str, Any]:
+    import torch.nn.functional as F
+
+    return {"time": time, "torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor,
+            "torch.nn.Module": torch.nn.Module, "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event,
+            "torch.cuda.Stream": torch.cuda.Stream, "torch.linalg": torch.linalg, "torch.fft": torch.fft,
+            "torch.testing": torch.testing}
+
+
+def _flags() -> dict[str, Any]:
+    out = {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+           "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+           "cudnn.enabled": torch.backends.cudnn.enabled,
+           "deterministic": torch.are_deterministic_algorithms_enabled(),
+           "grad_enabled": torch.is_grad_enabled(),
+           "default_dtype": str(torch.get_default_dtype())}
+    try:
+        m = torch.backends.cuda.matmul
+        out["matmul.allow_tf32"] = m.allow_tf32
+        out["matmul.allow_fp16_reduced_precision_reduction"] = m.allow_fp16_reduced_precision_reduction
+        out["matmul.allow_bf16_reduced_precision_reduction"] = m.allow_bf16_reduced_precision_reduction
+    except Exception:  # pragma: no cover - older torch
+        pass
+    try:
+        out["torch_function_modes"] = torch._C._len_torch_function_stack()
+    except Exception:  # pragma: no cover
+        pass
+    try:
+        out["dispatch_modes"] = torch._C._len_torch_dispatch_stack()
+    except Exception:  # pragma: no cover
+        pass
+    return out
+
+
+class StateSnapshot:
+    def __init__(self) -> None:
+        self.ids = self._ids()
+        self.flags = _flags()
+
+    @staticmethod
+    def _ids() -> dict[str, int]:
+        out: dict[str, int] = {}
+        for ns_name, ns in _namespaces().items():
+            for k, v in list(vars(ns).items()):
+                if k.startswith("__") and f"{ns_name}.{k}" not in TIMING_NAMES:
+                    continue
+                if callable(v) or isinstance(v, (staticmethod, classmethod, property)):
+                    out[f"{ns_name}.{k}"] = id(v)
+        return out
+
+    def diff(self, flags_only: bool = False) -> tuple[str, list[str]] | None:
+        """None when nothing changed, else (reason, changed names)."""
+        flags = _flags()
+        changed_flags = [k for k in self.flags if flags.get(k) != self.flags[k]]
+        if not flags_only:
+            now = self._ids()
+            # names added since (lazy imports) are not a hack; replaced or deleted ones are
+            changed = sorted(k for k in self.ids if self.ids[k] != now.get(k))
+            timing = [k for k in changed if k in TIMING_NAMES]
+            if timing:
+                return "timing_patched", timing
+            if changed:
+                return "torch_patched", changed[:20]
+        if changed_flags:
+            return "global_state_changed", changed_flags
+        return None
+
+
+def _reference_classes(*mods: types.ModuleType | None, extra: tuple[type, ...] = ()) -> list[type]:
+    """``Model`` classes of the problem module and the candidate module, and any class named ``Model``
+    in ``ModelNew``'s ancestry: calling one of their ``forward`` is calling the reference."""
+    out: list[type] = []
+    for m in mods:
+        cls = getattr(m, "Model", None) if m is not None else None
+        if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
+            out.append(cls)
+    for base in extra:
+        for cls in base.__mro__:
+            if cls.__name__ == "Model" and issubclass(cls, torch.nn.Module) and not cls.__module__.startswith("torch"):
+                out.append(cls)
+    return list(dict.fromkeys(out))
+
+
+class ForwardWatch:
+    """Counts calls of reference ``forward`` functions while :attr:`armed`."""
+
+    TOOL = 4  # a sys.monitoring tool id not used by debuggers (0), coverage (1), profilers (2), optimizers (5)
+
+    def __init__(self, classes: list[type]) -> None:
+        self.armed = False
+        self.calls = 0
+        self._restore: list[tuple[type, Any]] = []
+        self._codes: list[types.CodeType] = []
+        funcs = [c.__dict__["forward"] for c in classes if "forward" in c.__dict__]
+        mon = getattr(sys, "monitoring", None)
+        if mon is not None and funcs:
+            try:
+                mon.use_tool_id(self.TOOL, "kernellab-sandbox")
+            except ValueError:
+                mon.free_tool_id(self.TOOL)
+                mon.use_tool_id(self.TOOL, "kernellab-sandbox")
+            mon.register_callback(self.TOOL, mon.events.PY_START, self._on_start)
+            for f in funcs:
+                code = getattr(f, "__code__", None)
+                if code is not None:
+                    self._codes.append(code)
+                    mon.set_local_events(self.TOOL, code, mon.events.PY_START)
+            return
+        for cls in classes:  # Python < 3.12: wrap the class attributes
+            orig = cls.__dict__.get("forward")
+            if orig is None:
+                continue
+            watch = self
+
+            def wrapped(self_, *a: Any, __orig=orig, **kw: Any) -> Any:
+                if watch.armed:
+                    watch.calls += 1
+                return __orig(self_, *a, **kw)
+
+            self._restore.append((cls, orig))
+            cls.forward = wrapped
+
+    def _on_start(self, code: types.CodeType, offset: int) -> Any:
+        if self.armed:
+            self.calls += 1
+        return None
+
+    def close(self) -> None:
+        mon = getattr(sys, "monitoring", None)
+        if self._codes and mon is not None:
+            for code in self._codes:
+                mon.set_local_events(self.TOOL, code, 0)
+            mon.register_callback(self.TOOL, mon.events.PY_START, None)
+            mon.free_tool_id(self.TOOL)
+        for cls, orig in self._restore:
+            cls.forward = orig
+
+
+class LaunchCounter:
+    """Wraps Triton's launch entry points for the lifetime of a worker; counts while :attr:`armed`."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.launches = 0
+        self.seconds = 0.0
+        self.names: set[str] = set()
+        self._depth = 0
+        self._lock = threading.Lock()
+        try:
+            from triton.runtime.jit import JITFunction
+        except Exception:  # pragma: no cover - no triton
+            return
+        targets = [JITFunction]
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            targets.append(InterpretedFunction)
+        except Exception:  # pragma: no cover
+            pass
+        for cls in targets:
+            self._wrap(cls)
+
+    def _wrap(self, cls: type) -> None:
+        orig = cls.__dict__["run"]
+        counter = self
+        clock = time.perf_counter
+
+        def run(self_, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+            if not counter.armed or warmup:
+                return orig(self_, *args, grid=grid, warmup=warmup, **kwargs)
+            counter._depth += 1
+            t0 = clock()
+            try:
+                return orig(self_, *args, grid=grid, warmup=warmup, **kwargs)
+            finally:
+                counter._depth -= 1
+                if counter._depth == 0:
+                    counter.seconds += clock() - t0
+                counter.launches += 1
+                counter.names.add(getattr(getattr(self_, "fn", None), "__name__", "?"))
+
+        cls.run = run
+
+    def reset(self) -> None:
+        self.launches = 0
+        self.seconds = 0.0

@@ -1,0 +1,408 @@
+"""One evaluation inside a worker: reference first, then the candidate, checks, timing, kernel share.
+
+Order matters for honesty: the reference model, every trial's inputs and every reference output
+(and the torch.compile baseline) are computed *before* the candidate's module is executed, so a
+candidate that patches torch cannot change what it is compared with; the reference outputs stay
+alive while the candidate runs, and freed memory is poisoned before each candidate call.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernellab.problem import cast_inputs, output_tensors
+
+from ._check import (LARGE_SCALE, check_structure, clone_all, compare, distribution, modified_inputs, overlaps,
+                     transform)
+from ._guard import ForwardWatch, StateSnapshot, _reference_classes
+from ._result import Incorrect, Rejected, classify, empty_result, format_exc, truncate
+from ._timing import side_stream_leftover, time_cpu, time_gpu
+
+SEED = 1234
+# A poison word no arithmetic produces: a *signalling* NaN in fp32 (its upper half, 0x7FBA, is a
+# signalling NaN in fp16 and bf16 too). Computed NaNs are quiet, so finding it in an output means
+# the candidate returned memory it never wrote.
+POISON32 = 0x7FBADBAD
+POISON16 = 0x7FBA
+# side-stream work: leftover device time after the end event beyond this (ms, or share of the event time)
+LEFTOVER_MS, LEFTOVER_SHARE = 0.1, 0.5
+_RESTART = {"timeout", "crash", "rejected"}
+
+
+def _poison(sizes: list[tuple[int, torch.device]], copies: int = 4) -> None:
+    keep = [torch.full((max(1, n // 4),), POISON32, dtype=torch.int32, device=d) for n, d in sizes for _ in range(copies)]
+    del keep
+
+
+def _has_poison(t: torch.Tensor) -> bool:
+    if not t.is_floating_point() or t.numel() == 0:
+        return False
+    t = t.detach().contiguous()
+    if t.element_size() == 4:
+        return bool((t.view(torch.int32) == POISON32).any())
+    if t.element_size() == 2:
+        return bool((t.view(torch.int16) == POISON16).any())
+    return False
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def run_job(w: Any, job: dict) -> tuple[dict, bool]:
+    r = empty_result(job.get("config"))
+    d = r["details"]
+    r["device"] = w.info["device"]
+    r["versions"] = w.info["versions"]
+    r["interpreted"] = w.device_kind != "cuda"
+    jobdir = Path(tempfile.mkdtemp(prefix=f"job{w.jobs}-", dir=w.home))
+    os.chdir(jobdir)
+    names: list[str] = []
+    phase = "load"
+    restart = False
+    state: dict[str, Any] = {}
+    try:
+        phase = "reference"
+        w.phase("load")
+        _reference(w, job, state, d)
+        if job.get("need_baseline") and w.device_kind == "cuda" and job.get("timing", True):
+            w.phase("baseline")
+            d["baseline_measured"] = _baseline(w, state)
+        phase = "load"
+        w.phase("load")
+        state["snapshot"] = StateSnapshot()
+        name = f"kernellab_candidate_{job['job_id']}"
+        names.append(name)
+        from ._worker import CUPY_KERNEL, load_module
+
+        mod = load_module(job["source"], jobdir, name)
+        _apply_config(mod, job.get("config"))
+        cls = getattr(mod, "ModelNew", None)
+        if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+            raise _LoadError("missing_modelnew", "the candidate defines no class ModelNew(torch.nn.Module)")
+        torch.manual_seed(SEED)
+        model = cls(*state["init"]).to(device=w.device, dtype=state["dtype"]).eval()
+        state["watch"] = ForwardWatch(_reference_classes(state["ref_mod"], mod, extra=(cls,)))
+        state["own_names"] = set(CUPY_KERNEL.findall(job["source"]))
+        phase = "compile"
+        w.phase("compile")
+        _trials(w, job, state, model, d, r, first_phase_done=lambda: w.phase("check"))
+        phase = "check"
+        if job.get("timing", True):
+            phase = "timing"
+            _timing(w, state, model, d, r)
+        phase = "check"
+        _follow(w, state, model, d)
+        _kernel_share(w, state, model, d, r)
+        r["status"] = "correct"
+    except _LoadError as exc:
+        r.update(status="compile_error", error_class=exc.error_class, error_text=str(exc))
+    except Rejected as exc:
+        r.update(status="rejected", error_class=f"integrity:{exc.reason}", error_text=str(exc))
+        d.setdefault("integrity", []).append({"reason": exc.reason, "message": str(exc), **exc.details})
+    except Incorrect as exc:
+        r.update(status="incorrect", error_class=exc.error_class, error_text=str(exc))
+        d.update(exc.details)
+    except _ProblemFault as exc:
+        r.update(status="runtime_error", error_class="problem", error_text=str(exc))
+    except BaseException as exc:  # candidate code may raise anything, SystemExit included
+        status, cls_, must_restart = classify(exc, phase)
+        r.update(status=status, error_class=cls_, error_text=format_exc(exc))
+        restart = restart or must_restart
+        d["phase"] = phase
+    finally:
+        if state.get("locked"):
+            w.unlock()
+        if "watch" in state:
+            state["watch"].close()
+        w.counter.armed = False
+        state.clear()
+        cleanup_dir = jobdir
+        from ._worker import cleanup
+
+        cleanup(cleanup_dir, w.home, names)
+        if w.device_kind == "cuda":
+            try:
+                torch.cuda.empty_cache()
+            except BaseException:
+                restart = True
+    restart = restart or r["status"] in _RESTART or w.jobs >= int(job.get("max_jobs", 50))
+    if r["error_text"]:
+        r["error_text"] = truncate(r["error_text"])
+    return r, restart
+
+
+class _LoadError(Exception):
+    def __init__(self, error_class: str, message: str) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+
+
+class _ProblemFault(Exception):
+    """The problem itself failed in the worker (not the candidate's fault)."""
+
+
+def _apply_config(mod: Any, config: dict | None) -> None:
+    if not config:
+        return
+    cfg = getattr(mod, "CONFIG", None)
+    if not isinstance(cfg, dict):
+        raise _LoadError("config", f"a config {config} was given but the candidate has no CONFIG dict")
+    space = getattr(mod, "SPACE", None) or {}
+    unknown = [k for k in config if k not in cfg and k not in space]
+    if unknown:
+        raise _LoadError("config", f"config keys {unknown} are in neither CONFIG nor SPACE of the candidate")
+    cfg.update(config)
+
+
+def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
+    from kernellab.problem import instantiate
+
+    problem, small, dev = job["problem"], job["small"], w.device
+    try:
+        inst = instantiate(problem, small=small, seed=SEED, device=dev)
+        settings = problem.settings(inst.module)
+        mod = inst.module
+        trials = []
+        for t in range(max(1, int(job.get("trials", 5)))):
+            dist = distribution(t)
+            torch.manual_seed(SEED + 1 + t)
+            base = cast_inputs(list(mod.get_inputs()), inst.dtype, dev)
+            gen = torch.Generator().manual_seed(SEED + 1000 + t)
+            x = transform(base, dist, gen)
+            with torch.no_grad():
+                ref = output_tensors(inst.model(*clone_all(x)))
+            if ref is None:
+                raise _ProblemFault(f"{problem.label}: Model.forward returned no tensors")
+            trials.append({"dist": dist, "inputs": x, "ref": [t_.detach() for t_ in ref]})
+        _sync(dev)
+    except _ProblemFault:
+        raise
+    except Exception as exc:
+        raise _ProblemFault(f"{problem.label}: the reference failed in the worker: {type(exc).__name__}: {exc}") from exc
+    state.update(ref_mod=mod, ref_model=inst.model, init=inst.init_inputs, dtype=inst.dtype,
+                 atol=settings["atol"], rtol=settings["rtol"], trials=trials)
+    d["tolerance"] = {"atol": settings["atol"], "rtol": settings["rtol"], "dtype": settings["dtype"]}
+    d["small"] = bool(small)
+
+
+def _baseline(w: Any, state: dict) -> dict:
+    """torch.compile of the reference, timed interleaved with eager (before the candidate exists)."""
+    model, x = state["ref_model"], state["trials"][0]["inputs"]
+    out: dict[str, Any] = {}
+    try:
+        compiled = torch.compile(model)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            compiled(*x)
+        _sync(w.device)
+        out["compile_seconds"] = time.perf_counter() - t0
+    except Exception as exc:
+        return {"compile_ms": None, "error": truncate(f"{type(exc).__name__}: {exc}", 1000)}
+    w.lock()
+    state["locked"] = True
+    try:
+        with torch.no_grad():
+            t = time_gpu({"compile": lambda: compiled(*x), "eager": lambda: model(*x)}, w.flush)
+    finally:
+        w.unlock()
+        state["locked"] = False
+    out.update(compile_ms=t["compile"]["median_ms"], compile_p20_ms=t["compile"]["p20_ms"],
+               compile_p80_ms=t["compile"]["p80_ms"], eager_ms=t["eager"]["median_ms"])
+    return out
+
+
+def _call(state: dict, model: Any, inputs: list) -> Any:
+    watch, counter = state["watch"], state["counter"]
+    watch.armed = counter.armed = True
+    try:
+        with torch.no_grad():
+            return model(*inputs)
+    finally:
+        watch.armed = counter.armed = False
+
+
+def _integrity(state: dict, where: str) -> None:
+    if state["watch"].calls:
+        raise Rejected("reference_called", f"the candidate called the reference Model.forward ({where})",
+                       calls=state["watch"].calls)
+    changed = state["snapshot"].diff()
+    if changed:
+        reason, names = changed
+        raise Rejected(reason, f"the candidate changed {', '.join(names)} ({where})", names=names)
+
+
+def _trials(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict, first_phase_done: Any) -> None:
+    dev = w.device
+    state["counter"] = w.counter
+    w.counter.reset()
+    forward_s = 0.0
+    earlier: list[torch.Tensor] = [t for tr in state["trials"] for t in tr["ref"]]
+    prev_outs: list[list[torch.Tensor]] = []
+    per_trial = d.setdefault("trials", [])
+    max_abs = max_rel = 0.0
+    for i, tr in enumerate(state["trials"]):
+        xin = clone_all(tr["inputs"])
+        before = clone_all(tr["inputs"])
+        sizes = [(t.untyped_storage().nbytes(), t.device) for t in tr["ref"]]
+        sizes += [(t.untyped_storage().nbytes(), t.device) for t in xin if isinstance(t, torch.Tensor)]
+        _poison(sizes)
+        _sync(dev)
+        t0 = time.perf_counter()
+        out = _call(state, model, xin)
+        _sync(dev)
+        forward_s += time.perf_counter() - t0
+        if i == 0:
+            first_phase_done()
+        _integrity(state, f"trial {i}")
+        bad = check_structure(tr["ref"], out)
+        if bad:
+            raise Incorrect(bad[0], f"trial {i} ({tr['dist']}): {bad[1]}")
+        outs = output_tensors(out)
+        for k, o in enumerate(outs):
+            if any(isinstance(x, torch.Tensor) and overlaps(o, x) for x in xin):
+                raise Rejected("output_aliases_input", f"output {k} shares memory with an input (trial {i})")
+            if any(overlaps(o, e) for e in earlier):
+                raise Rejected("output_aliases_earlier_output",
+                               f"output {k} shares memory with an earlier output or a reference output (trial {i})")
+            if _has_poison(o):
+                raise Rejected("stale_memory", f"output {k} holds poisoned freed memory the candidate never wrote "
+                                               f"(trial {i}): it returns uninitialised memory")
+        changed = modified_inputs(before, xin)
+        if changed:
+            raise Rejected("inputs_modified", f"the candidate modified input(s) {changed} (trial {i})")
+        atol = state["atol"] * (LARGE_SCALE if tr["dist"] == "large" else 1.0)
+        info = {"trial": i, "distribution": tr["dist"], "atol": atol}
+        for k, (ref, o) in enumerate(zip(tr["ref"], outs)):
+            c = compare(ref, o, atol, state["rtol"])
+            max_abs, max_rel = max(max_abs, c["max_abs_err"]), max(max_rel, c["max_rel_err"])
+            r["max_abs_err"], r["max_rel_err"] = max_abs, max_rel
+            info.update({f"out{k}_{key}": c[key] for key in ("max_abs_err", "max_rel_err", "rel_norm") if key in c})
+            if not c["ok"]:
+                per_trial.append(info)
+                for p in prev_outs:
+                    if len(p) > k and torch.equal(p[k], o):
+                        raise Rejected("cached_result", f"trial {i} ({tr['dist']}) returned the output of an earlier "
+                                                        "trial: results are cached across calls")
+                extra = {key: c[key] for key in ("first_bad", "first_bad_values", "mismatched", "total") if key in c}
+                raise Incorrect(c["error_class"], f"trial {i} ({tr['dist']} inputs), output {k}: {c['message']}",
+                                failed_trial=i, **extra)
+        per_trial.append(info)
+        earlier.extend(outs)
+        prev_outs.append([o.detach().clone() for o in outs])
+    state["forward_s"] = forward_s
+    state["launches"] = w.counter.launches
+    state["launch_s"] = w.counter.seconds
+    state["own_names"] |= set(w.counter.names)
+
+
+def _follow(w: Any, state: dict, model: Any, d: dict) -> None:
+    """Outputs must follow new inputs written into the *same* tensors (a cache keyed by the tensor's
+    identity or address would return the old result); run after timing, which repeats one input."""
+    trials = state["trials"]
+    if len(trials) < 2:
+        return
+    xin = clone_all(trials[0]["inputs"])
+    _call(state, model, xin)
+    for x, new in zip(xin, trials[1]["inputs"]):
+        if isinstance(x, torch.Tensor):
+            x.copy_(new)
+    out = output_tensors(_call(state, model, xin))
+    _sync(w.device)
+    _integrity(state, "after timing")
+    atol = state["atol"] * (LARGE_SCALE if trials[1]["dist"] == "large" else 1.0)
+    for k, (ref, o) in enumerate(zip(trials[1]["ref"], out or [])):
+        if not compare(ref, o, atol, state["rtol"])["ok"]:
+            stale = compare(trials[0]["ref"][k], o, state["atol"], state["rtol"])["ok"]
+            if stale:
+                raise Rejected("cached_result", "new values written into the same input tensors gave the old "
+                                                "output: results are cached across calls")
+            raise Incorrect("mismatch", "a second call on the same input tensors with new values gave a wrong output")
+    d["follow_check"] = "passed"
+
+
+def _timing(w: Any, state: dict, model: Any, d: dict, r: dict) -> None:
+    x = state["trials"][0]["inputs"]
+    xc, xr = clone_all(x), clone_all(x)
+    ref_model = state["ref_model"]
+    watch = state["watch"]
+
+    def cand() -> Any:
+        watch.armed = True
+        try:
+            return model(*xc)
+        finally:
+            watch.armed = False
+
+    with torch.no_grad():
+        if w.device_kind == "cuda":
+            w.lock()
+            state["locked"] = True
+            w.phase("timing")
+            left = side_stream_leftover(cand)
+            d["side_stream_check"] = left
+            if left["leftover_ms"] > max(LEFTOVER_MS, LEFTOVER_SHARE * left["event_ms"]):
+                raise Rejected("side_stream_escape",
+                               f"{left['leftover_ms']:.3f} ms of device work was still running after the timed "
+                               f"region ended ({left['event_ms']:.3f} ms by events): work escapes on a side stream")
+            t = time_gpu({"candidate": cand, "eager": lambda: ref_model(*xr)}, w.flush)
+            w.unlock()
+            state["locked"] = False
+        else:
+            w.phase("timing")
+            t = time_cpu({"candidate": cand, "eager": lambda: ref_model(*xr)})
+            d["compile"] = "torch.compile is not measured on the CPU interpreter"
+    _integrity(state, "timing")
+    c, e = t["candidate"], t["eager"]
+    r.update(median_ms=c["median_ms"], p20_ms=c["p20_ms"], p80_ms=c["p80_ms"], eager_ms=e["median_ms"])
+    d["timing"] = {"candidate": c, "eager": e, "method": "cuda events, L2 flushed, interleaved"
+                   if w.device_kind == "cuda" else "wall clock, Triton interpreter"}
+
+
+def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict) -> None:
+    own = state["own_names"]
+    if w.device_kind != "cuda":
+        # Interpreter: the share of the candidate's forward time spent inside its own kernel launches.
+        fs = state.get("forward_s") or 0.0
+        r["own_kernel_share"] = min(1.0, state["launch_s"] / fs) if fs > 0 else 0.0
+        r["library_only"] = state["launches"] == 0
+        d["own_kernel_launches"] = state["launches"]
+        d["own_kernels"] = sorted(own)
+        return
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    x = clone_all(state["trials"][0]["inputs"])
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            _call(state, model, x)
+        torch.cuda.synchronize()
+    _integrity(state, "profiling")
+    total = mine = 0.0
+    kernels: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_type != DeviceType.CUDA:
+            continue
+        us = e.time_range.elapsed_us()
+        total += us
+        kernels[e.name] = kernels.get(e.name, 0.0) + us
+        if _is_own(e.name, own):
+            mine += us
+    r["own_kernel_share"] = mine / total if total > 0 else 0.0
+    r["library_only"] = mine == 0.0
+    top = sorted(kernels.items(), key=lambda kv: -kv[1])[:10]
+    d["kernels"] = [{"name": k[:120], "us_per_call": v / 3, "own": _is_own(k, own)} for k, v in top]
+    d["own_kernels"] = sorted(own)
+
+
+def _is_own(kernel: str, own: set[str]) -> bool:
+    base = kernel.split("(")[0].split("<")[0].strip()
+    base = base.rsplit(" ", 1)[-1]
+    return base in own or any(n and n in kernel for n in own if len(n) >= 6)

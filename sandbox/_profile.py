@@ -1,0 +1,201 @@
+"""Nsight Compute metrics of a candidate's kernels: ``ncu --clock-control none`` in its own process.
+
+The target process (``python -m kernellab.sandbox._profile_target JOBDIR``) builds the problem and the
+candidate, runs the forward twice to compile, then runs one forward between
+``cudaProfilerStart/Stop`` (ncu runs with ``--profile-from-start off``), so only that forward's
+kernels are profiled. Clocks are left alone (``--clock-control none``) so that the numbers match
+what the timing saw. Where ncu is missing or lacks counter permission we say so once and return an
+empty result carrying the reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from kernellab.problem import Problem
+
+from ._env import worker_env
+
+log = logging.getLogger("kernellab.sandbox")
+
+# ncu metric -> our name. Kept to metrics present on Ampere and Hopper; one ncu rejects is dropped
+# (and listed in ``ProfileResult.dropped``) rather than losing the whole profile.
+METRICS = {
+    "gpu__time_duration.sum": "duration_ns",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_throughput_pct",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_throughput_pct",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
+    "launch__registers_per_thread": "registers_per_thread",
+    "launch__shared_mem_per_block_static": "smem_static_bytes_per_block",
+    "launch__shared_mem_per_block_dynamic": "smem_dynamic_bytes_per_block",
+    "smsp__sass_inst_executed_op_local_ld.sum": "local_load_instructions",
+    "smsp__sass_inst_executed_op_local_st.sum": "local_store_instructions",
+    "l1tex__t_sector_hit_rate.pct": "l1_hit_rate_pct",
+    "lts__t_sector_hit_rate.pct": "l2_hit_rate_pct",
+    "dram__bytes_read.sum": "dram_bytes_read",
+    "dram__bytes_write.sum": "dram_bytes_write",
+    "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": "fp32_fma_thread_ops",
+    "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum": "fp32_add_thread_ops",
+    "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum": "fp32_mul_thread_ops",
+    "sm__inst_executed_pipe_tensor.sum": "tensor_pipe_instructions",
+}
+STALLS = ("barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss", "lg_throttle", "long_scoreboard",
+          "math_pipe_throttle", "membar", "mio_throttle", "misc", "no_instruction", "not_selected", "selected",
+          "short_scoreboard", "sleeping", "tex_throttle", "wait")
+for _r in STALLS:
+    METRICS[f"smsp__average_warps_issue_stalled_{_r}_per_issue_active.ratio"] = f"stall_{_r}"
+TOP_STALLS = 3
+
+# Measured ceilings of the reference GPU (DESIGN.md): copy bandwidth (read+write) and cuBLAS fp32.
+CEILING_BW_TBS = 4.22
+CEILING_FP32_TFLOPS = 51.0
+
+_warned: set[str] = set()
+
+
+class ProfileResult(list):
+    """A list of ``(kernel, metric, value)``; ``reason`` says why it is empty, ``dropped`` lists ncu
+    metrics this ncu did not know."""
+
+    def __init__(self, rows: list | None = None, reason: str | None = None, dropped: list | None = None) -> None:
+        super().__init__(rows or [])
+        self.reason = reason
+        self.dropped = dropped or []
+
+
+def _say_once(reason: str) -> None:
+    if reason not in _warned:
+        _warned.add(reason)
+        log.warning("kernellab.sandbox.profile: %s; continuing without Nsight Compute metrics", reason)
+
+
+def _find_ncu(ncu: str | None) -> str | None:
+    if ncu:
+        return ncu if Path(ncu).exists() or shutil.which(ncu) else None
+    found = shutil.which("ncu")
+    if found:
+        return found
+    for p in ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/ncu"):
+        if Path(p).exists():
+            return p
+    return None
+
+
+def profile(problem: Problem, source: str, config: dict | None = None, *, small: bool = False,
+            gpu: str | None = None, timeout: float = 600.0, ncu: str | None = None) -> ProfileResult:
+    """Profile one forward of the candidate with Nsight Compute; per-kernel rows
+    ``(kernel, metric, value)`` plus derived ``achieved_bandwidth_tbs``, ``bandwidth_pct_of_ceiling``,
+    ``achieved_fp32_tflops``, ``fp32_pct_of_ceiling`` and ``top_stall_<k>_<reason>`` rows."""
+    exe = _find_ncu(ncu)
+    if exe is None:
+        reason = "ncu (Nsight Compute) was not found on PATH"
+        _say_once(reason)
+        return ProfileResult(reason=reason)
+    from kernellab.env import has_cuda
+
+    if not has_cuda():
+        reason = "no CUDA device: Nsight Compute needs one"
+        _say_once(reason)
+        return ProfileResult(reason=reason)
+    metrics = dict(METRICS)
+    dropped: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="kernellab-ncu-") as tmp:
+        t = Path(tmp)
+        (t / "job.pkl").write_bytes(pickle.dumps({"problem": problem, "source": source, "config": config,
+                                                  "small": small}))
+        extra = {"CUDA_VISIBLE_DEVICES": gpu or os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]}
+        env = worker_env(tmp, extra)
+        env.pop("TRITON_INTERPRET", None)
+        for _ in range(4):
+            rep = t / "report"
+            cmd = [exe, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
+                   "--metrics", ",".join(metrics), "-f", "-o", str(rep),
+                   sys.executable, "-m", "kernellab.sandbox._profile_target", str(t)]
+            try:
+                run = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return ProfileResult(reason=f"ncu did not finish within {timeout:g} s", dropped=dropped)
+            out = run.stdout + run.stderr
+            if "ERR_NVGPUCTRPERM" in out or "permission" in out.lower() and "counter" in out.lower():
+                reason = "ncu lacks permission to read GPU performance counters (ERR_NVGPUCTRPERM)"
+                _say_once(reason)
+                return ProfileResult(reason=reason, dropped=dropped)
+            unknown = [m for m in metrics if m in out and re.search(r"metric", out, re.I)] if run.returncode else []
+            if unknown and not Path(f"{rep}.ncu-rep").exists():
+                for m in unknown:
+                    metrics.pop(m)
+                dropped.extend(unknown)
+                continue
+            break
+        rep_file = Path(f"{rep}.ncu-rep")
+        if not rep_file.exists():
+            return ProfileResult(reason=f"ncu produced no report (exit {run.returncode}): {out[-1500:]}",
+                                 dropped=dropped)
+        imp = subprocess.run([exe, "--import", str(rep_file), "--csv", "--page", "raw", "--print-units", "base"],
+                             capture_output=True, text=True, timeout=timeout)
+    rows = parse_raw_csv(imp.stdout, metrics)
+    if not rows:
+        return ProfileResult(reason=f"no kernels in the ncu report: {(imp.stdout + imp.stderr)[-1500:]}",
+                             dropped=dropped)
+    return ProfileResult(rows, dropped=dropped)
+
+
+def parse_raw_csv(text: str, metrics: dict[str, str]) -> list[tuple[str, str, float]]:
+    """Rows ``(kernel, metric, value)`` from ``ncu --csv --page raw`` output, with derived metrics.
+    Kernels launched more than once get an index suffix (``name#1``)."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    if not lines:
+        return []
+    reader = list(csv.reader(io.StringIO("\n".join(lines))))
+    header = reader[0]
+    try:
+        name_col = header.index("Kernel Name")
+        id_col = header.index("ID")
+    except ValueError:
+        return []
+    out: list[tuple[str, str, float]] = []
+    seen: dict[str, int] = {}
+    for row in reader[1:]:
+        if len(row) != len(header) or not row[id_col].strip().isdigit():
+            continue  # the units row
+        kname = row[name_col][:200]
+        k = seen.get(kname, 0)
+        seen[kname] = k + 1
+        label = kname if k == 0 else f"{kname}#{k}"
+        vals: dict[str, float] = {}
+        for col, raw in zip(header, row):
+            if col in metrics:
+                try:
+                    vals[metrics[col]] = float(raw.replace(",", ""))
+                except ValueError:
+                    continue
+        out.extend((label, n, v) for n, v in sorted(vals.items()))
+        out.extend((label, n, v) for n, v in derive(vals))
+    return out
+
+
+def derive(v: dict[str, float]) -> list[tuple[str, float]]:
+    out: list[tuple[str, float]] = []
+    ns = v.get("duration_ns")
+    if ns and ns > 0:
+        if "dram_bytes_read" in v or "dram_bytes_write" in v:
+            tbs = (v.get("dram_bytes_read", 0.0) + v.get("dram_bytes_write", 0.0)) / ns / 1e3
+            out += [("achieved_bandwidth_tbs", tbs), ("bandwidth_pct_of_ceiling", 100 * tbs / CEILING_BW_TBS)]
+        if "fp32_fma_thread_ops" in v:
+            flops = 2 * v["fp32_fma_thread_ops"] + v.get("fp32_add_thread_ops", 0.0) + v.get("fp32_mul_thread_ops", 0.0)
+            tf = flops / ns / 1e3
+            out += [("achieved_fp32_tflops", tf), ("fp32_pct_of_ceiling", 100 * tf / CEILING_FP32_TFLOPS)]
+    stalls = sorted(((n[6:], x) for n, x in v.items() if n.startswith("stall_")), key=lambda kv: -kv[1])
+    for i, (reason, x) in enumerate(stalls[:TOP_STALLS], 1):
+        out.append((f"top_stall_{i}_{reason}", x))
+    return out

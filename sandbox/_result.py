@@ -1,0 +1,95 @@
+"""The result record of one evaluation and the mapping from failures to (status, error_class).
+
+Every evaluation, whatever happened, ends as one dict with exactly :data:`RESULT_KEYS` (the
+``evaluations`` columns of DESIGN.md plus ``error_class``, ``versions``, ``config`` and ``details``).
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from typing import Any
+
+STATUSES = ("compile_error", "runtime_error", "timeout", "crash", "incorrect", "rejected", "correct")
+
+RESULT_KEYS = ("status", "error_text", "error_class", "max_abs_err", "max_rel_err", "median_ms", "p20_ms",
+               "p80_ms", "eager_ms", "compile_ms", "speedup_eager", "speedup_compile", "own_kernel_share",
+               "library_only", "interpreted", "device", "versions", "config", "details")
+
+# Error text is stored in the database and fed to debugging agents: the tail is what matters.
+MAX_ERROR_TEXT = 4000
+
+# Messages of faults after which a CUDA context is unusable: the worker must be replaced.
+_CUDA_FAULT = re.compile(
+    r"illegal memory access|unspecified launch failure|misaligned address|illegal instruction|"
+    r"device-side assert|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED|cudaErrorIllegalAddress|"
+    r"cudaErrorLaunchFailure|CUDA_ERROR_MISALIGNED_ADDRESS|an illegal instruction|hardware stack error|"
+    r"CUDA_ERROR_ASSERT|uncorrectable ECC", re.I)
+_OOM = re.compile(r"out of memory|can't allocate memory|cannot allocate memory|CUDA_ERROR_OUT_OF_MEMORY|"
+                  r"cudaErrorMemoryAllocation", re.I)
+
+
+class Rejected(Exception):
+    """An integrity check failed: ``error_class`` is ``integrity:<reason>``."""
+
+    def __init__(self, reason: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.details = details
+
+
+class Incorrect(Exception):
+    """Outputs do not match the reference (wrong values, NaN/Inf, count, shape or dtype)."""
+
+    def __init__(self, error_class: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.details = details
+
+
+def empty_result(config: dict | None = None) -> dict[str, Any]:
+    r: dict[str, Any] = {k: None for k in RESULT_KEYS}
+    r["config"] = dict(config or {})
+    r["details"] = {}
+    r["library_only"] = None
+    return r
+
+
+def truncate(text: str, n: int = MAX_ERROR_TEXT) -> str:
+    if len(text) <= n:
+        return text
+    return "...[truncated]...\n" + text[-n:]
+
+
+def classify(exc: BaseException, phase: str) -> tuple[str, str, bool]:
+    """(status, error_class, worker_must_restart) for an exception raised by candidate code.
+
+    ``phase`` is ``load`` (executing the module, building ``ModelNew``), ``compile`` (the first call,
+    where Triton and NVRTC compile) or a later phase. Compilation failures are ``compile_error``
+    whenever they surface, since Triton and CuPy compile lazily at the first launch.
+    """
+    name = type(exc).__name__
+    mod = type(exc).__module__ or ""
+    text = f"{name}: {exc}"
+    if _CUDA_FAULT.search(text):
+        return "crash", "cuda_fault", True
+    if name == "CompilationError" and mod.startswith("triton"):
+        return "compile_error", "triton_compile", False
+    if name == "CompileException" and "cupy" in mod:
+        return "compile_error", "nvrtc", False
+    if name in ("OutOfResources",) and mod.startswith("triton"):
+        return "runtime_error", "out_of_resources", False
+    if isinstance(exc, MemoryError) or name == "OutOfMemoryError" or _OOM.search(text):
+        # A CUDA OOM leaves the context usable, but the candidate's module globals may pin memory.
+        return "runtime_error", "oom", True
+    if phase == "load":
+        if isinstance(exc, SyntaxError):
+            return "compile_error", "syntax", False
+        if isinstance(exc, ImportError):
+            return "compile_error", "import", False
+        return "compile_error", "load", False
+    return "runtime_error", "exception", False
+
+
+def format_exc(exc: BaseException) -> str:
+    return truncate("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))

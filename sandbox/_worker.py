@@ -1,0 +1,178 @@
+"""A sandbox worker process: ``python -m kernellab.sandbox._worker FD``.
+
+Started by :class:`~kernellab.sandbox.LocalExecutor` with a scrubbed environment, in its own session
+(so the whole process group can be killed), inside a private temporary directory, with stdout and
+stderr going to a log file whose tail is attached to crash reports. It talks to the executor over
+the socket ``FD`` (``multiprocessing.connection`` messages):
+
+  executor -> worker: ("job", payload) | ("go",) [timing lock granted] | ("exit",)
+  worker -> executor: ("ready", info) | ("phase", name) | ("lock",) | ("unlock",) | ("result", dict, restart)
+
+The executor enforces the time limit of the phase announced last; the worker enforces nothing.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import gc
+import importlib.util
+import os
+import re
+import shutil
+import socket
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+SEED = 1234
+
+
+class Worker:
+    def __init__(self, conn: Connection) -> None:
+        import torch
+
+        self.conn = conn
+        self.torch = torch
+        self.device_kind = os.environ.get("KERNELLAB_SANDBOX_DEVICE", "cpu")
+        self.home = Path.cwd()
+        self.jobs = 0
+        if self.device_kind == "cuda":
+            torch.cuda.init()
+            self.device = torch.device("cuda", 0)
+            torch.empty(1, device=self.device)  # create the context now, not in the first job
+            from ._timing import L2Flush
+
+            self.flush = L2Flush(self.device)
+        else:
+            self.device = torch.device("cpu")
+            self.flush = None
+        try:
+            import triton  # noqa: F401  (imported before any candidate, so launches can be counted)
+        except Exception:  # pragma: no cover
+            pass
+        from ._guard import LaunchCounter
+
+        self.counter = LaunchCounter()
+        from kernellab.env import device_name, versions
+
+        self.info = {"pid": os.getpid(), "home": str(self.home), "device": device_name(str(self.device)),
+                     "versions": versions(), "kind": self.device_kind}
+        self.threads = set(threading.enumerate())
+
+    # -- messaging ---------------------------------------------------------------------------
+    def send(self, *msg: Any) -> None:
+        self.conn.send(msg)
+
+    def phase(self, name: str) -> None:
+        self.send("phase", name)
+
+    def lock(self) -> None:
+        if self.device_kind != "cuda":
+            return
+        self.send("lock")
+        msg = self.conn.recv()
+        if msg[0] != "go":  # pragma: no cover - protocol error
+            raise RuntimeError(f"sandbox protocol: expected go, got {msg[0]}")
+
+    def unlock(self) -> None:
+        if self.device_kind == "cuda":
+            self.send("unlock")
+
+    def serve(self) -> None:
+        self.send("ready", self.info)
+        while True:
+            try:
+                msg = self.conn.recv()
+            except EOFError:
+                return
+            if msg[0] == "exit":
+                return
+            if msg[0] != "job":  # pragma: no cover
+                continue
+            from ._job import run_job
+
+            self.jobs += 1
+            result, restart = run_job(self, msg[1])
+            # Threads the candidate left running could tamper with later jobs: start afresh.
+            if set(threading.enumerate()) - self.threads:
+                restart = True
+                result["details"]["worker_restarted"] = "the candidate left threads running"
+            self.send("result", result, restart)
+            if restart:
+                return
+
+
+def _limit_memory() -> None:
+    gb = os.environ.get("KERNELLAB_SANDBOX_MEMORY_GB")
+    if gb:  # CPU workers only: a runaway allocation fails with MemoryError instead of waking the OOM killer
+        import resource
+
+        n = int(float(gb) * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (n, n))
+
+
+def _watch_parent() -> None:
+    """Exit when the executor's process is gone (a hung candidate would otherwise outlive it)."""
+    parent = os.getppid()
+
+    def loop() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=loop, daemon=True, name="kernellab-parent-watch").start()
+
+
+def main() -> None:
+    _limit_memory()
+    _watch_parent()
+    fd = int(sys.argv[1])
+    sock = socket.socket(fileno=fd)
+    conn = Connection(os.dup(sock.fileno()))
+    sock.close()
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    try:
+        worker = Worker(conn)
+    except Exception:
+        conn.send(("failed", traceback.format_exc()))
+        raise
+    try:
+        worker.serve()
+    finally:
+        try:
+            conn.close()
+        finally:
+            # skip interpreter teardown: candidate objects' finalisers may hang or crash
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+
+
+def load_module(source: str, directory: Path, name: str) -> Any:
+    """Execute ``source`` from a real file (Triton reads kernel source through ``inspect``)."""
+    path = directory / f"{name}.py"
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def cleanup(directory: Path, home: Path, names: list[str]) -> None:
+    for n in names:
+        sys.modules.pop(n, None)
+    os.chdir(home)
+    shutil.rmtree(directory, ignore_errors=True)
+    gc.collect()
+
+
+CUPY_KERNEL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(\w+)")
+
+if __name__ == "__main__":
+    main()
