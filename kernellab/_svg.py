@@ -72,7 +72,7 @@ class _Frame:
     """A plot area with linear or log axes mapping data to pixels."""
 
     def __init__(self, width: int, height: int, xr: tuple[float, float], yr: tuple[float, float],
-                 log: bool = False, margin: tuple[int, int, int, int] = (20, 130, 45, 62)):
+                 log: bool = False, margin: tuple[int, int, int, int] = (20, 150, 45, 62)):
         self.w, self.h, self.log = width, height, log
         self.top, self.right, self.bottom, self.left = margin
         self.xr = tuple(math.log10(v) for v in xr) if log else xr
@@ -122,7 +122,7 @@ def _svg(width: int, height: int, body: list[str], label: str) -> str:
 
 
 def line_chart(series: list[Series], *, x_label: str, y_label: str, hlines: tuple[tuple[float, str], ...] = (),
-               width: int = 640, height: int = 260, label: str = "chart") -> str:
+               width: int = 660, height: int = 260, label: str = "chart") -> str:
     """Lines (step lines for best-so-far) with a dot per point; ``hlines`` are reference levels."""
     pts = [(x, y) for s in series for x, y, _ in s.points if _finite(x, y)]
     if not pts:

@@ -1,0 +1,128 @@
+"""The HTML report: every section per problem, numbers read from the store, no network, honest
+about interpreted timings, graceful without metrics."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kernellab.cli import main
+from kernellab.report import SECTIONS, render
+from kernellab.store import Store, StoreError
+
+from report_campaign import build_campaign
+
+
+class _Sections(HTMLParser):
+    """Collects (problem, section) pairs and counts tree nodes per problem."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.problem: str | None = None
+        self.sections: set[tuple[str | None, str]] = set()
+        self.nodes: dict[str | None, int] = {}
+        self.svgs = 0
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        a = dict(attrs)
+        if tag == "article" and "data-problem" in a:
+            self.problem = a["data-problem"]
+        if tag == "section":
+            self.sections.add((self.problem if a["data-section"] in SECTIONS else None, a["data-section"]))
+        if tag == "circle" and a.get("class") == "kl-node":
+            self.nodes[self.problem] = self.nodes.get(self.problem, 0) + 1
+        if tag == "svg":
+            self.svgs += 1
+
+
+def _parse(html: str) -> _Sections:
+    p = _Sections()
+    p.feed(html)
+    return p
+
+
+def test_every_section_and_numbers_from_the_store(store: Store) -> None:
+    cid = build_campaign(store)
+    html = render(store, cid)
+    parsed = _parse(html)
+    names = [store.get_problem(pid)["name"] for pid in dict.fromkeys(c["problem_id"] for c in store.candidates(cid))]
+    assert len(names) == 2
+    for name in names:
+        for sec in SECTIONS:
+            assert (name, sec) in parsed.sections, (name, sec)
+    assert (None, "summary") in parsed.sections and (None, "llm") in parsed.sections
+    for b in store.best(cid):
+        assert f"{b['speedup_eager']:.2f}×" in html
+        # the band implied by the candidate's p20/p80 against the eager median
+        assert f"{b['eager_ms'] / b['p80_ms']:.2f}–{b['eager_ms'] / b['p20_ms']:.2f}×" in html
+        assert b["config"] == {"BLOCK": 128} and "{&quot;BLOCK&quot;: 128}" in html
+    for bc in store.best(cid, objective="speedup_compile"):
+        assert f"{bc['speedup_compile']:.2f}×" in html
+    for pid in {c["problem_id"] for c in store.candidates(cid)}:
+        name = store.get_problem(pid)["name"]
+        assert parsed.nodes[name] == len(store.candidates(cid, pid))  # one node per candidate
+    # the analyst's words appear in the lineage, the failures by class, the LLM cost totals
+    assert "problem 1: tensor cores busy 73%" in html and "split-K" in html
+    assert "unsupported op" in html and "output aliases an input" in html
+    total = sum(c["cost_usd"] for c in store.llm_calls(cid))
+    assert f"${total:.4f}" in html and "qwen-local" in html
+    assert "relu_kernel" in html and 'style="color:' in html  # highlighted with inline styles
+    assert 'id="interpreted-note"' not in html and "no speedup claimed" not in html
+
+
+def test_report_needs_no_network(store: Store) -> None:
+    html = render(store, build_campaign(store))
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "@import" not in html and "url(" not in html
+    assert "<link" not in html
+
+
+def test_interpreted_campaign_shows_no_speedup(store: Store) -> None:
+    cid = build_campaign(store, "cpu-run", interpreted=True)
+    html = render(store, cid)
+    parsed = _parse(html)
+    assert "Triton interpreter" in html and 'id="interpreted-note"' in html
+    assert "×" not in html  # no speedup anywhere, though the rows carry speedup values
+    for b in store.best(cid):
+        assert b["speedup_eager"] is not None  # present in the store, hidden by the report
+        assert f"{b['speedup_eager']:.2f}" not in html
+        assert f"{b['median_ms']:.4g} ms" in html  # the interpreted time is shown as such
+    for name in ("linear_relu", "gemm_bias_gelu"):
+        assert all((name, s) in parsed.sections for s in SECTIONS)
+    assert "profiling needs a GPU" in html
+
+
+@pytest.mark.parametrize("metrics, expect", [("full", "arithmetic intensity"),
+                                             ("bandwidth", "achieved DRAM bandwidth"),
+                                             ("none", "no roofline metrics recorded")])
+def test_roofline_degrades_with_the_metrics_present(store: Store, metrics: str, expect: str) -> None:
+    html = render(store, build_campaign(store, metrics=metrics))
+    rooflines = re.findall(r'data-section="roofline">(.*?)</section>', html, re.S)
+    assert len(rooflines) == 2 and all(expect in r for r in rooflines)
+    if metrics == "full":
+        # FLOPs and time summed over the two kernels: (1e10 + 1e6) FLOP / 0.502 ms = 19.9 TFLOP/s
+        assert all("<td>19.9</td>" in r for r in rooflines)
+
+
+def test_empty_and_unknown_campaigns(store: Store) -> None:
+    cid = store.create_campaign("empty", {}, "cpu", {})
+    html = render(store, cid)
+    assert "no candidates yet" in html and 'data-section="llm"' in html
+    with pytest.raises(StoreError):
+        render(store, "nope")
+
+
+def test_cli_report_writes_the_file(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    with Store(db) as s:
+        build_campaign(s, "cli-run")
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(main, ["report", "cli-run", "--db", str(db), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert out.read_text().startswith("<!doctype html>") and str(out) in res.output
+    assert CliRunner().invoke(main, ["report", "nope", "--db", str(db)]).exit_code == 2
+    assert CliRunner().invoke(main, ["report", "cli-run", "--db", str(tmp_path / "none.db")]).exit_code == 2
