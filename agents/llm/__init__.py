@@ -7,6 +7,7 @@ request hash); ``replay=`` answers from those rows with no network.
 
 from __future__ import annotations
 
+from ..roles import Analysis, Code, Diagnosis, Proposal
 from ._agents import LLMAgents, make_agents, node_ref, preflight
 from ._anthropic import AnthropicBackend
 from ._backend import Backend, CallInfo, ReplaySource, Usage, request_hash, scrub
@@ -17,7 +18,7 @@ from ._prompts import ROLE_SKILLS, system_prompt
 from ._schemas import SCHEMAS, RoleSchema, check_source
 
 __all__ = [
-    "LLMAgents", "make_agents", "preflight", "node_ref",
+    "LLMAgents", "make_agents", "preflight", "node_ref", "Proposal", "Code", "Diagnosis", "Analysis",
     "Backend", "AnthropicBackend", "OpenAIBackend", "CallInfo", "Usage", "ReplaySource",
     "request_hash", "scrub",
     "LLMError", "PreflightError", "BudgetExceeded", "LLMUnavailable", "InvalidOutput", "ReplayMiss",
