@@ -1,12 +1,15 @@
 """Causal multi-head self-attention in bf16 with plain matmuls, a boolean mask buffer and softmax (no SDPA).
 
-Eager H200 estimate: 412 GFLOP (qkv 206, scores 69, probs@v 69, out 69) at bf16 ~700 TFLOP/s ~ 0.6 ms,
-+ scale, mask and softmax over 4*16*2048^2 scores (~17 B/elem * 268M = 4.6 GB) ~ 1.1 ms.
+Eager H200 estimate: ~1.7 ms = 412 GFLOP at bf16 700 TFLOP/s (0.6) + scale, mask, softmax on 268M scores, 4.6 GB (1.1).
 """
 
 import torch
 
 DTYPE = "bfloat16"
+# The eager bf16 reference rounds scores, probabilities and head outputs to bf16; against an exact
+# computation its own error reached 0.8 of the default 1e-2 on 0.5M outputs (CPU), and the tail grows with
+# the full size's 17M outputs. 2e-2 keeps an exact kernel passing; the sandbox's relative-norm check still binds.
+ATOL = 2e-2
 
 batch = 4
 seq = 2048
