@@ -1,0 +1,147 @@
+"""Optuna tuning through the real sandbox (Triton interpreter on CPU), and SPACE parsing."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from kernellab.search import SpaceError, Tree, parse_space, read_space, tune
+from kernellab.search._tune import space_size, study_name
+from kernellab.store import Store
+from search_synth import Synth
+
+PROBLEM = '''import torch
+size = 4096
+SMALL = {"size": 127}
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2.0 + 1.0
+def get_inputs():
+    return [torch.randn(size)]
+def get_init_inputs():
+    return []
+'''
+
+# BLOCK=48 does not compile (tl.arange needs a power of 2); EPS=0.5 runs but is wrong: both must FAIL.
+CANDIDATE = '''import torch
+import triton
+import triton.language as tl
+
+CONFIG = {"BLOCK": 64, "EPS": 0.0}
+SPACE = {"BLOCK": [32, 48, 64], "EPS": [0.0, 0.5]}
+
+
+@triton.jit
+def affine_kernel(x_ptr, y_ptr, n, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, x * 2.0 + 1.0 + EPS, mask=mask)
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        n = x.numel()
+        affine_kernel[(triton.cdiv(n, CONFIG["BLOCK"]),)](x, y, n, EPS=CONFIG["EPS"], BLOCK=CONFIG["BLOCK"])
+        return y
+'''
+
+
+@pytest.mark.parametrize("space,config,message", [
+    ({}, None, "non-empty dict"),
+    ({"B": []}, None, "empty list"),
+    ({"B": [16, 16]}, None, "repeated"),
+    ({"B": [{"x": 1}]}, None, "choices are None"),
+    ({"B": (64, 16)}, None, "low <= high"),
+    ({"B": (0, 16, "log")}, None, "low > 0"),
+    ({"B": (1, 16, "lin")}, None, "only be \"log\""),
+    ({"B": "16"}, None, "expected a list"),
+    ({"B": [16, 32]}, {"B": 48}, r"CONFIG\['B'\] = 48 lies outside"),
+    ({"B": (16, 64)}, {"B": 128}, "lies outside"),
+])
+def test_bad_spaces_have_clear_errors(space, config, message) -> None:
+    with pytest.raises(SpaceError, match=message):
+        parse_space(space, config)
+
+
+def test_space_kinds_and_size() -> None:
+    d = parse_space({"B": [16, 32], "W": (1, 8), "S": (16, 256, "log"), "F": (0.5, 1.0)}, {"B": 32, "W": 4})
+    assert d["B"].choices == (16, 32) and (d["W"].low, d["W"].high, d["W"].log) == (1, 8, False)
+    assert d["S"].log and type(d["F"]).__name__ == "FloatDistribution"
+    assert space_size(parse_space({"B": [16, 32], "W": (1, 8)})) == 16
+    assert space_size(d) is None
+
+
+def test_read_space_keeps_ranges_without_running_the_source() -> None:
+    src = "import os\nos.exit(1)\nCONFIG = {'B': 64}\nSPACE = {'B': [32, 64], 'W': (1, 8)}\n"
+    assert read_space(src) == ({"B": [32, 64], "W": (1, 8)}, {"B": 64})
+    assert read_space("x = 1\n") == (None, None)
+    with pytest.raises(SpaceError, match="literal dict"):
+        read_space("N = 4\nSPACE = {'B': list(range(N))}\n")
+
+
+@pytest.fixture(scope="module")
+def executor():
+    from kernellab.sandbox import LocalExecutor
+
+    ex = LocalExecutor(cpu_workers=1)  # one worker: the trial order is then fixed by the seed
+    yield ex
+    ex.shutdown()
+
+
+@pytest.mark.parametrize("where", ["memory", "file"])
+def test_tune_on_the_interpreter(tmp_path, executor, where) -> None:
+    from kernellab import Problem
+
+    store = Store(":memory:" if where == "memory" else tmp_path / "k.db")
+    t = Synth(store)
+    problem = Problem(name="affine", source=PROBLEM, path="affine.py")
+    pid = store.add_problem(problem)
+    cid = store.add_candidate(t.cid, pid, CANDIDATE, origin="seed", space={"BLOCK": [32, 48, 64], "EPS": [0.0, 0.5]})
+    out = tune(problem, store.get_candidate(cid), store=store, executor=executor, n_trials=10, seed=0,
+               device="cpu", trials=2)
+    # the space has 6 configs: each evaluated once, however often TPE proposes it
+    assert out["evaluated"] == 6 and out["complete"] >= 2 and out["seed"] == 0
+    trials = store.evaluations(candidate_id=cid, kind="trial")
+    assert len(trials) == 6
+    by_cfg = {(e["config"]["BLOCK"], e["config"]["EPS"]): e for e in trials}
+    assert by_cfg[(48, 0.0)]["status"] in ("compile_error", "runtime_error")
+    assert by_cfg[(64, 0.5)]["status"] == "incorrect" and by_cfg[(64, 0.0)]["status"] == "correct"
+
+    storage = f"sqlite:///{tmp_path / 'k.db'}" if where == "file" else None
+    study = (optuna.load_study(study_name=study_name(cid), storage=storage) if storage
+             else optuna.load_study(study_name=study_name(cid), storage=__import__(
+                 "kernellab.search._tune", fromlist=["x"]).optuna_storage(store)))
+    first = study.trials[0]
+    assert first.params == {"BLOCK": 64, "EPS": 0.0} and first.state.name == "COMPLETE"  # the enqueued CONFIG
+    failed = [tr for tr in study.trials if tr.state.name == "FAIL" and "duplicate_of" not in tr.user_attrs]
+    assert len(failed) == 4
+    assert all(tr.user_attrs["reason"] and tr.user_attrs["status"] != "correct" for tr in failed)
+    assert any(tr.user_attrs["status"] == "incorrect" for tr in failed)
+    assert study.user_attrs["seed"] == 0 and study.user_attrs["candidate_id"] == cid
+
+    # the two correct configs are re-timed with full timing; the faster is the best, and the tree sees it
+    retimes = store.evaluations(candidate_id=cid, kind="retime")
+    assert sorted(r["config"]["BLOCK"] for r in retimes) == [32, 64]
+    assert all(r["status"] == "correct" and r["interpreted"] for r in retimes)
+    assert out["best_config"] in [r["config"] for r in retimes] and out["best_config"]["EPS"] == 0.0
+    assert out["best_ms"] == min(r["median_ms"] for r in retimes)
+    assert study.user_attrs["best_config"] == out["best_config"]
+    node = Tree(store, t.cid, pid)[cid]
+    assert node.surrogate and node.best["kind"] == "retime"
+
+    # tuning again resumes the study: nothing is evaluated twice
+    again = tune(problem, store.get_candidate(cid), store=store, executor=executor, n_trials=10, seed=0,
+                 device="cpu", trials=2)
+    assert again["evaluated"] == 0 and len(store.evaluations(candidate_id=cid, kind="trial")) == 6
+    store.close()
+    if where == "file":  # the store still opens a file that holds Optuna's tables
+        Store(tmp_path / "k.db").close()
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        assert names == [study_name(cid)]
+
+
+def test_tune_without_space(store) -> None:
+    t = Synth(store)
+    with pytest.raises(SpaceError, match="no SPACE"):
+        tune(None, store.get_candidate(t.add("r", speedup=1.0)), store=store, executor=object(), n_trials=3)
