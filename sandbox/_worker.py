@@ -54,6 +54,10 @@ class Worker:
             import triton  # noqa: F401  (imported before any candidate, so launches can be counted)
         except Exception:  # pragma: no cover
             pass
+        if self.device_kind != "cuda":
+            from ._interp import apply_numpy_shim
+
+            apply_numpy_shim()
         from ._guard import LaunchCounter
 
         self.counter = LaunchCounter()

@@ -1,0 +1,14 @@
+# expect: incorrect nan
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x * 2.0) + 1.0
+
+
+class ModelNew(Model):
+    def forward(self, x):
+        y = torch.relu(x * 2.0) + 1.0
+        y[0, 0] = float('nan')
+        return y

@@ -1,0 +1,17 @@
+# expect: rejected integrity:timing_patched
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x * 2.0) + 1.0
+
+
+import time
+
+time.perf_counter = lambda: 0.0
+
+
+class ModelNew(Model):
+    def forward(self, x):
+        return torch.relu(x * 2.0) + 1.0

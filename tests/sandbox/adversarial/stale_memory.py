@@ -1,0 +1,13 @@
+# expect: rejected integrity:stale_memory
+# Returns uninitialised memory, hoping it still holds a freed result.
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x * 2.0) + 1.0
+
+
+class ModelNew(Model):
+    def forward(self, x):
+        return torch.empty_like(x)
