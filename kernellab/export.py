@@ -92,7 +92,7 @@ def _split_future(source: str) -> tuple[list[str], str]:
         if isinstance(n, ast.ImportFrom) and n.module == "__future__":
             future.append("".join(lines[n.lineno - 1:n.end_lineno]).strip())
             drop |= set(range(n.lineno - 1, n.end_lineno))
-    return future, "".join(l for i, l in enumerate(lines) if i not in drop)
+    return future, "".join(line for i, line in enumerate(lines) if i not in drop)
 
 
 def _bake(source: str, config: dict) -> str:

@@ -10,12 +10,16 @@ Interpreted (CPU, Triton interpreter) timings are never shown as speedups: such 
 interpreted times and the number of correct candidates found instead.
 
 Roofline metrics (``metrics`` rows of any evaluation of a candidate, summed over its kernels):
-``flop_count`` (or ``flops``) FLOPs; ``dram_bytes`` (or ncu's ``dram__bytes.sum``, or
-``dram__bytes_read.sum`` + ``dram__bytes_write.sum``) bytes moved to and from DRAM;
-``duration_ms`` (or ncu's ``gpu__time_duration.sum`` in ns; else the candidate's median time).
-A kernel that reports rates instead gives one point per kernel from ``achieved_flop_per_s`` and
-``achieved_bytes_per_s`` (or ``dram_bytes_per_s``). With bytes and time but no FLOPs the section
-shows achieved bandwidth against the copy ceiling; with none of these it says so.
+FLOPs from ``flop_count`` (or ``flops``), else from the sandbox's ncu counts
+``2 * fp32_fma_thread_ops + fp32_add_thread_ops + fp32_mul_thread_ops`` (fp32 SASS only: tensor-core
+work is not counted, and the page says so); DRAM bytes from ``dram_bytes`` (or ``dram__bytes.sum``,
+or ``dram_bytes_read`` + ``dram_bytes_write``, or ncu's ``dram__bytes_read.sum`` +
+``dram__bytes_write.sum``); time from ``duration_ms`` (or ``duration_ns`` / ncu's
+``gpu__time_duration.sum`` in ns; else the candidate's median time). Where counts are missing, the
+rates ``achieved_fp32_tflops`` / ``achieved_bandwidth_tbs`` times the duration stand in; a kernel
+with rates ``achieved_flop_per_s`` and ``achieved_bytes_per_s`` but no duration is one point of
+its own. With bytes and time but no FLOPs the section shows achieved bandwidth against the copy
+ceiling; with none of these it says why (and the ``profile`` events' reasons, when recorded).
 """
 
 from __future__ import annotations
@@ -85,29 +89,56 @@ def _band(e: dict, base: str) -> str:
     return f"p20–p80 {b / p80:.2f}–{b / p20:.2f}×"
 
 
+def _first(v: dict[str, float], *names: str) -> float | None:
+    return next((v[n] for n in names if n in v), None)
+
+
+def _kernel_counts(v: dict[str, float]) -> tuple[float | None, float | None, float | None, str]:
+    """(FLOPs, DRAM bytes, ms, where the FLOPs came from) of one kernel's metrics."""
+    flops, src = _first(v, "flop_count", "flops"), "reported"
+    if flops is None and "fp32_fma_thread_ops" in v:
+        # the sandbox's ncu counts: fp32 SASS instructions only (tensor-core work is not in them)
+        flops = 2 * v["fp32_fma_thread_ops"] + v.get("fp32_add_thread_ops", 0.0) + v.get("fp32_mul_thread_ops", 0.0)
+        src = "fp32 SASS"
+    nbytes = _first(v, "dram_bytes", "dram__bytes.sum")
+    for rd, wr in (("dram_bytes_read", "dram_bytes_write"), ("dram__bytes_read.sum", "dram__bytes_write.sum")):
+        if nbytes is None and (rd in v or wr in v):
+            nbytes = v.get(rd, 0.0) + v.get(wr, 0.0)
+    ms = _first(v, "duration_ms")
+    ns = _first(v, "duration_ns", "gpu__time_duration.sum")
+    if ms is None and ns is not None:
+        ms = ns / 1e6
+    if ms:  # rates only (no counts): counts over the kernel's duration
+        tflops = _first(v, "achieved_fp32_tflops")
+        tbs = _first(v, "achieved_bandwidth_tbs")
+        if flops is None and tflops is not None:
+            flops, src = tflops * 1e12 * ms / 1e3, "fp32 SASS"
+        if nbytes is None and tbs is not None:
+            nbytes = tbs * 1e12 * ms / 1e3
+    return flops, nbytes, ms, src
+
+
 def _metric_point(ms: list[dict], fallback_ms: float | None) -> tuple[list[tuple], dict | None]:
-    """Per-kernel rate points, and the summed counts of one evaluation (see the module docstring)."""
+    """Per-kernel rate points (kernels with rates but no duration), and the counts of one
+    evaluation summed over its kernels (see the module docstring)."""
     per: dict[str, dict[str, float]] = defaultdict(dict)
     for m in ms:
         per[m["kernel"]][m["name"]] = m["value"]
-    rate_pts, tot = [], {"flops": 0.0, "bytes": 0.0, "ms": 0.0, "kernels": []}
+    rate_pts, tot = [], {"flops": 0.0, "bytes": 0.0, "ms": 0.0, "kernels": [], "flop_src": set()}
     has = {"flops": False, "bytes": False, "ms": False}
     for kernel, v in per.items():
-        fr = v.get("achieved_flop_per_s")
-        br = v.get("achieved_bytes_per_s", v.get("dram_bytes_per_s"))
-        if fr and br:
+        flops, nbytes, dur, src = _kernel_counts(v)
+        fr = _first(v, "achieved_flop_per_s")
+        br = _first(v, "achieved_bytes_per_s", "dram_bytes_per_s")
+        if dur is None and fr and br:
             rate_pts.append((kernel, fr / br, fr, br))
-        flops = v.get("flop_count", v.get("flops"))
-        nbytes = v.get("dram_bytes", v.get("dram__bytes.sum"))
-        if nbytes is None and "dram__bytes_read.sum" in v and "dram__bytes_write.sum" in v:
-            nbytes = v["dram__bytes_read.sum"] + v["dram__bytes_write.sum"]
-        dur = v.get("duration_ms")
-        if dur is None and "gpu__time_duration.sum" in v:
-            dur = v["gpu__time_duration.sum"] / 1e6
+            continue
         for key, val in (("flops", flops), ("bytes", nbytes), ("ms", dur)):
             if val is not None:
                 tot[key] += val
                 has[key] = True
+        if flops is not None:
+            tot["flop_src"].add(src)
         if flops is not None or nbytes is not None:
             tot["kernels"].append(kernel)
     if not has["ms"] and fallback_ms:
@@ -201,7 +232,7 @@ def _sec_progress(p: dict, t0: _dt.datetime | None) -> str:
         se = _svg.Series(name, colour=_svg.PALETTE[k])
         st = _svg.Series(name, colour=_svg.PALETTE[k])
         best, seen = None, set()
-        for i, (e, s) in enumerate(zip(counted, secs), start=1):
+        for i, (e, s) in enumerate(zip(counted, secs, strict=True), start=1):
             if key is None:
                 val = None
                 if e["status"] == "correct" and e["candidate_id"] not in seen:
@@ -245,7 +276,9 @@ def _sec_lineage(p: dict, store: Any) -> str:
         status = _cand_status(p["by_cand"].get(c["id"], []))
         a = p["analyses"].get(c["id"])
         said = ""
-        if a:
+        if a and a.get("error"):
+            said = f"<i>the analyst failed: {escape(str(a['error']))}</i>"
+        elif a:
             pct = a.get("pct_of_ceiling")
             said = (f"<b>{escape(str(a.get('bound') or '?'))}</b>"
                     + (f", {pct:.0f}% of ceiling" if isinstance(pct, (int, float)) else "")
@@ -288,7 +321,7 @@ def _sec_roofline(p: dict, store: Any) -> str:
     bw, peaks = CEILINGS["copy_bytes_per_s"], CEILINGS["peaks"]
     peak_name = _DTYPE_PEAK.get(_problem_dtype(p["source"]), "fp32 (cuBLAS)")
     best_id = p["best_e"]["candidate_id"] if p["best_e"] else None
-    pts, bw_rows, rows = [], [], []
+    pts, bw_rows, rows, sass_only = [], [], [], False
     for e in p["evals"]:
         ms = store.metrics(e["id"])
         if not ms:
@@ -297,7 +330,7 @@ def _sec_roofline(p: dict, store: Any) -> str:
         rate_pts, tot = _metric_point(ms, be["median_ms"] if be else None)
         short = e["candidate_id"][:12]
         colour = "#d62728" if e["candidate_id"] == best_id else "#1f77b4"
-        for kernel, ai, fr, br in rate_pts:
+        for kernel, ai, fr, _br in rate_pts:
             pts.append((ai, fr, f"{short} {kernel}: {ai:.3g} FLOP/B, {fr / 1e12:.3g} TFLOP/s", colour))
         if tot is None:
             continue
@@ -307,11 +340,15 @@ def _sec_roofline(p: dict, store: Any) -> str:
             ai, perf = tot["flops"] / tot["bytes"], tot["flops"] / (tot["ms"] / 1e3)
             roof = min(bw * ai, peaks[peak_name])
             pts.append((ai, perf, f"{short}: {ai:.3g} FLOP/B, {perf / 1e12:.3g} TFLOP/s", colour))
+            sass_only |= "fp32 SASS" in tot["flop_src"]
             rows.append([f"<code>{escape(short)}</code>", escape(", ".join(tot["kernels"])[:80]),
                          f"{tot['flops']:.4g}", f"{tot['bytes']:.4g}", _ms(tot["ms"]), f"{ai:.3g}",
                          f"{perf / 1e12:.3g}", f"{tbps / 1e12:.3g}", f"{100 * perf / roof:.0f}%"])
     ceil = (f"<p>Ceilings: copy {bw / 1e12:.2f} TB/s; " + "; ".join(f"{k} {v / 1e12:.0f} TFLOP/s" for k, v in peaks.items())
             + f" — {escape(CEILINGS['device'])}. The % column is against the {escape(peak_name)} roof.</p>")
+    if sass_only:
+        ceil += ("<p>FLOPs are counted from fp32 SASS instructions (2·FFMA + FADD + FMUL): tensor-core "
+                 "work is not counted, so a kernel on tensor cores sits lower than it runs.</p>")
     if pts:
         return (_svg.roofline(pts, bandwidth=bw, peaks=[(v, k) for k, v in peaks.items()],
                               label=f"{p['name']} roofline") + ceil +
@@ -323,7 +360,9 @@ def _sec_roofline(p: dict, store: Any) -> str:
                 "<p>No FLOP counts in the metrics: bandwidth against the copy ceiling only.</p>" + ceil)
     why = "interpreted campaign: profiling needs a GPU" if p["interpreted"] else \
         "no roofline metrics recorded (ncu missing, not permitted, or no candidate profiled)"
-    return _svg.empty(f"no roofline: {why}") + ceil
+    skipped = sorted({s for s in p.get("profile_skips", []) if s})
+    said = "".join(f"<li>{escape(str(s))}</li>" for s in skipped)
+    return _svg.empty(f"no roofline: {why}") + (f"<p>The profiler said:</p><ul>{said}</ul>" if said else "") + ceil
 
 
 def _sec_failures(p: dict) -> str:
@@ -428,6 +467,10 @@ def render(store: Any, campaign_id: str) -> str:
             order.append(c["problem_id"])
         by_prob[c["problem_id"]].append(c)
     probs = [_problem_data(store, cid, pid, by_prob[pid], evals, analyses) for pid in order]
+    skips = {(ev.get("payload") or {}).get("candidate_id"): (ev.get("payload") or {}).get("skipped")
+             for ev in store.events(cid, kind="profile")}
+    for p in probs:
+        p["profile_skips"] = [skips[c["id"]] for c in p["cands"] if c["id"] in skips]
     t0 = _t(camp["created_at"])
     interp_all = bool(probs) and all(p["interpreted"] for p in probs)
 

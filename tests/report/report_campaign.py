@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernellab import load_problem
 from kernellab.store import Store
+
+from kernellab import load_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEMS = [ROOT / "tests/export/linear_relu.py", ROOT / "experiments/problems/fusions/gemm_bias_gelu.py"]
@@ -25,7 +26,7 @@ def timed(ms: float, interpreted: bool, **kw) -> dict:
 def build_campaign(store: Store, name: str = "demo", interpreted: bool = False, metrics: str = "full") -> str:
     """Two problems; per problem a seed, failing children (compile error, incorrect, rejected, timeout),
     a better child, a tuned grandchild (trials + retime), a profile with ``metrics`` ("full": FLOPs,
-    bytes and time; "bandwidth": bytes and time; "none"), analyst events and LLM calls."""
+    bytes and time; "bandwidth": bytes and time; "ncu": the sandbox's ncu names; "none"), analyst events and LLM calls."""
     cid = store.create_campaign(name, {"budget": 8, "policy": "greedy"}, "cpu" if interpreted else "NVIDIA H200",
                                 {"torch": "2.11", "triton": "3.6"})
     for k, path in enumerate(PROBLEMS):
@@ -54,7 +55,19 @@ def build_campaign(store: Store, name: str = "demo", interpreted: bool = False, 
         best_eval = store.add_evaluation(tuned, timed(0.7 + k, interpreted, config={"BLOCK": 128}), kind="retime")
         store.add_event(cid, "analyze", {"candidate_id": tuned, "bound": "compute", "pct_of_ceiling": 73.0,
                                          "evidence": f"problem {k}: tensor cores busy 73%", "next_ideas": ["split-K"]})
-        if metrics != "none" and not interpreted:
+        if metrics == "ncu" and not interpreted:
+            # the names the sandbox's ncu profile writes (sandbox/_profile.py), derived rates included
+            rows = []
+            for kern, ns, rd, wr, fma in (("gemm_kernel", 480_000.0, 6.0e6, 3.0e6, 4.0e9), ("relu_kernel", 2_000.0, 2.0e6, 1.0e6, 0.0)):
+                rows += [(kern, "duration_ns", ns), (kern, "dram_bytes_read", rd), (kern, "dram_bytes_write", wr),
+                         (kern, "fp32_fma_thread_ops", fma), (kern, "fp32_add_thread_ops", 1.0e6),
+                         (kern, "achieved_bandwidth_tbs", (rd + wr) / ns / 1e3), (kern, "sm_throughput_pct", 55.0)]
+            store.add_evaluation(tuned, {"status": "correct", "config": {"BLOCK": 128}, "device": "NVIDIA H200"},
+                                 kind="profile", metrics=rows)
+        if metrics == "none":
+            store.add_event(cid, "profile", {"candidate_id": tuned, "metrics": 0,
+                                             "skipped": "ncu (Nsight Compute) was not found on PATH"})
+        if metrics in ("full", "bandwidth") and not interpreted:
             rows = [("relu_kernel", "dram_bytes", 3.0e6 * (k + 1)), ("relu_kernel", "duration_ms", 0.002),
                     ("gemm_kernel", "dram_bytes", 9.0e6), ("gemm_kernel", "duration_ms", 0.5)]
             if metrics == "full":

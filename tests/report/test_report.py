@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from kernellab.store import Store, StoreError
+from report_campaign import build_campaign
 
 from kernellab.cli import main
 from kernellab.report import SECTIONS, render
-from kernellab.store import Store, StoreError
-
-from report_campaign import build_campaign
 
 
 class _Sections(HTMLParser):
@@ -97,8 +96,9 @@ def test_interpreted_campaign_shows_no_speedup(store: Store) -> None:
 
 
 @pytest.mark.parametrize("metrics, expect", [("full", "arithmetic intensity"),
+                                             ("ncu", "fp32 SASS instructions"),
                                              ("bandwidth", "achieved DRAM bandwidth"),
-                                             ("none", "no roofline metrics recorded")])
+                                             ("none", "ncu (Nsight Compute) was not found on PATH")])
 def test_roofline_degrades_with_the_metrics_present(store: Store, metrics: str, expect: str) -> None:
     html = render(store, build_campaign(store, metrics=metrics))
     rooflines = re.findall(r'data-section="roofline">(.*?)</section>', html, re.S)
@@ -106,6 +106,10 @@ def test_roofline_degrades_with_the_metrics_present(store: Store, metrics: str, 
     if metrics == "full":
         # FLOPs and time summed over the two kernels: (1e10 + 1e6) FLOP / 0.502 ms = 19.9 TFLOP/s
         assert all("<td>19.9</td>" in r for r in rooflines)
+    if metrics == "ncu":
+        # FLOPs 2*4e9 + 2*1e6 over 0.482 ms; bytes 9e6 + 3e6 (read + write)
+        assert all("arithmetic intensity" in r and "<td>16.6</td>" in r and "<td>1.2e+07</td>" in r
+                   for r in rooflines), rooflines[0]
 
 
 def test_empty_and_unknown_campaigns(store: Store) -> None:
