@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from kernellab.problem import content_hash
@@ -35,7 +34,6 @@ class SystemPrompt:
     version: str  # "<role>-<hash of prompt, skills and schema>": recorded per call
 
 
-@lru_cache(maxsize=32)
 def _read(path: Path) -> str:
     if not path.exists():
         raise FileNotFoundError(f"{path}: prompt file missing (the package data is incomplete)")

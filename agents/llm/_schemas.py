@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["RoleSchema", "SCHEMAS", "validate", "check_source", "normalize_source"]
 

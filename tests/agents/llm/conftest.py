@@ -9,9 +9,9 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from kernellab.store import Store
 
 from kernellab.problem import load_problem
-from kernellab.store import Store
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,7 +1,8 @@
 """Regenerate with `.venv/bin/python tests/agents/llm/make_recordings.py`.
 Writes tests/agents/llm/recordings/*.json: HTTP exchanges in the real Messages API and Chat
 Completions API formats (written by hand after the SDK's types; not captured from a live server)."""
-import json, pathlib
+import json
+import pathlib
 
 OUT = pathlib.Path(__file__).resolve().parent / "recordings"
 SONNET = "claude-sonnet-4-6"

@@ -10,9 +10,17 @@ import uuid
 import pytest
 import torch
 from conftest import FAKE_ANTHROPIC_KEY, Recorded, disconnected
+from kernellab.agents.llm import (
+    SCHEMAS,
+    BudgetExceeded,
+    LLMAgents,
+    LLMUnavailable,
+    PreflightError,
+    Proposal,
+    make_agents,
+    system_prompt,
+)
 
-from kernellab.agents.llm import (SCHEMAS, BudgetExceeded, LLMAgents, LLMUnavailable, PreflightError,
-                                  Proposal, make_agents, system_prompt)
 from kernellab.problem import instantiate
 
 SONNET = "claude-sonnet-4-6"
