@@ -115,6 +115,11 @@ class _Frame:
         return out
 
 
+def _margin(names: list[str]) -> tuple[int, int, int, int]:
+    """Plot margins with room on the right for the legend's longest name (~6.5 px a character)."""
+    return (20, max(110, int(30 + 6.5 * max((len(n) for n in names), default=0))), 45, 62)
+
+
 def _svg(width: int, height: int, body: list[str], label: str) -> str:
     return (f'<svg class="kl-plot" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}">'
@@ -136,7 +141,10 @@ def line_chart(series: list[Series], *, x_label: str, y_label: str, hlines: tupl
         y_hi = y_lo + 1
     y_hi += (y_hi - y_lo) * 0.08
     xt, yt = nice_ticks(x_lo, x_hi), nice_ticks(y_lo, y_hi)
-    fr = _Frame(width, height, (min(x_lo, xt[0]), max(x_hi, xt[-1])), (min(y_lo, yt[0]), max(y_hi, yt[-1])))
+    names = [s.name for s in series if s.points]
+    width += max(0, _margin(names)[1] - 150)  # a long legend widens the figure, not squeezes the plot
+    fr = _Frame(width, height, (min(x_lo, xt[0]), max(x_hi, xt[-1])), (min(y_lo, yt[0]), max(y_hi, yt[-1])),
+                margin=_margin(names))
     body = fr.axes(xt, yt, x_label, y_label)
     for v, name in hlines:
         if _finite(v):
@@ -204,7 +212,7 @@ def roofline(points: list[tuple[float, float, str, str]], *, bandwidth: float, p
                           max([p[0] for p in points] + [max(ridges) * 4]))
     y_lo, y_hi = _decades(min([p[1] for p in points] + [bandwidth * x_lo]),
                           max([p[1] for p in points] + [pk for pk, _ in peaks]))
-    fr = _Frame(width, height, (x_lo, x_hi), (y_lo, y_hi), log=True)
+    fr = _Frame(width, height, (x_lo, x_hi), (y_lo, y_hi), log=True, margin=_margin([n for _, n in peaks]))
     dec = lambda lo, hi: [10.0 ** k for k in range(round(math.log10(lo)), round(math.log10(hi)) + 1)]
     body = fr.axes(dec(x_lo, x_hi), dec(y_lo, y_hi), "arithmetic intensity (FLOP/byte)", "achieved FLOP/s")
     legend = []

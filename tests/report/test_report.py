@@ -130,3 +130,31 @@ def test_cli_report_writes_the_file(tmp_path: Path) -> None:
     assert out.read_text().startswith("<!doctype html>") and str(out) in res.output
     assert CliRunner().invoke(main, ["report", "nope", "--db", str(db)]).exit_code == 2
     assert CliRunner().invoke(main, ["report", "cli-run", "--db", str(tmp_path / "none.db")]).exit_code == 2
+
+
+def test_text_from_agents_is_escaped(store: Store) -> None:
+    """Actions, analyses and errors are written by agents (LLMs): the page shows them, never runs them."""
+    cid = build_campaign(store)
+    evil = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
+    pid = store.candidates(cid)[0]["problem_id"]
+    root = store.candidates(cid, pid)[0]["id"]
+    c = store.add_candidate(cid, pid, "# " + evil + "\nclass ModelNew: pass\n", parent_id=root, action=evil)
+    store.add_evaluation(c, {"status": "crash", "error_text": evil, "error_class": evil, "device": "x"})
+    store.add_event(cid, "analyze", {"candidate_id": root, "bound": evil, "evidence": evil, "next_ideas": [evil]})
+    store.add_llm_call({"campaign_id": cid, "role": evil, "model": evil, "cost_usd": 0.5})
+    html = render(store, cid)
+    assert "<script>document" not in html and "<img src=x" not in html
+    assert html.count("<script>") == 2  # the report's own two: error capture in <head>, its sink at the end
+
+
+@pytest.mark.parametrize("n", [1, 2, 127])
+def test_svg_tree_places_every_node(n: int) -> None:
+    from kernellab import _svg
+
+    # a chain for the first half, then a fan: deep and wide at once
+    nodes = [{"id": f"c{i}", "parent": f"c{i - 1}" if 0 < i <= n // 2 else ("c0" if i else None),
+              "colour": "#000", "title": f"node {i}"} for i in range(n)]
+    svg = _svg.tree(nodes)
+    assert svg.count('class="kl-node"') == n and svg.count("<line") == n - 1
+    assert "no data" in _svg.tree([]) and "no data" in _svg.line_chart([], x_label="x", y_label="y")
+    assert _svg.nice_ticks(0, 1) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
