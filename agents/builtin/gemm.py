@@ -320,7 +320,7 @@ def _tile_stats(r: str) -> list[str]:
     if r == "max":
         return [f"st0 = tl.max(tl.where(mask_n[None, :], acc, {ninf}), 1)"]
     return [  # layernorm: tile mean and sum of squared deviations (Chan et al. combine them exactly)
-        "cnt = tl.minimum(N - pid_n * BLOCK_N, BLOCK_N).to(tl.float32)",
+        "cnt = tl.minimum(N - pid_n * BLOCK_N, BLOCK_N) * 1.0",
         "st0 = tl.sum(tl.where(mask_n[None, :], acc, 0.0), 1) / cnt",
         "dev = tl.where(mask_n[None, :], acc - st0[:, None], 0.0)",
         "st1 = tl.sum(dev * dev, 1)",
@@ -342,8 +342,8 @@ def _combine(r: str) -> list[str]:
     if r == "max":
         return ["r0 = tl.maximum(r0, c0)"]
     return [
-        "n_a = (j * BLOCK_N).to(tl.float32)",
-        "n_b = tl.minimum(N - j * BLOCK_N, BLOCK_N).to(tl.float32)",
+        "n_a = (j * BLOCK_N) * 1.0  # j is an int in the interpreter, a tensor when compiled",
+        "n_b = tl.minimum(N - j * BLOCK_N, BLOCK_N) * 1.0",
         "n_ab = n_a + n_b",
         "delta = c0 - r0",
         "r0 = r0 + delta * (n_b / n_ab)",
@@ -404,12 +404,23 @@ def _kernel_src(spec: GemmSpec) -> str:
         consts.append("ONE_N_TILE")
     if r == "layernorm":
         consts.append("EPS")
+    if spec.dtype == "bfloat16":
+        consts.append("UPCAST_DOT")
     params += [f"{c}: tl.constexpr" for c in consts]
 
     if spec.dtype == "float32":
-        dot = f'acc = tl.dot(a, b, acc, input_precision="{_fp32_precision(spec)}")'
+        dot = [f'acc = tl.dot(a, b, acc, input_precision="{_fp32_precision(spec)}")']
+    elif spec.dtype == "bfloat16":
+        # Triton 3.6's interpreter multiplies bf16 tiles as their raw uint16 bits; upcasting there is
+        # exact (a bf16 product fits fp32). Compiled kernels keep the bf16 tensor-core dot.
+        dot = [
+            "if UPCAST_DOT:",
+            '    acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")',
+            "else:",
+            "    acc = tl.dot(a, b, acc)",
+        ]
     else:
-        dot = "acc = tl.dot(a, b, acc)"
+        dot = ["acc = tl.dot(a, b, acc)"]
 
     # ---- one work item: (batch, split, tile) -> accumulator
     body = [
@@ -443,7 +454,7 @@ def _kernel_src(spec: GemmSpec) -> str:
         "        k_left = K - kt * BLOCK_K",
         "        a = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)",
         "        b = tl.load(b_ptrs, mask=tl.arange(0, BLOCK_K)[:, None] < k_left, other=0.0)",
-        f"    {dot}",
+        *_indent(dot, 1),
         "    a_ptrs += (BLOCK_K * SPLIT_K) * stride_ak",
         "    b_ptrs += (BLOCK_K * SPLIT_K) * stride_bk",
     ]
@@ -512,18 +523,18 @@ def _kernel_src(spec: GemmSpec) -> str:
             vec_of = {"logsumexp": "lse", "sum": "r0", "max": "r0"}[r]
             multi += _indent([f"vec = {vec_of}", *repi_one, store_vec], 1)
         else:
+            # fresh names (y, offs_nj, ...) so the loop carries no [BLOCK_M, BLOCK_N] value from outside
+            tile_j = out_tile.replace("offs_n[", "offs_nj[")
             chunk = [
-                "offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)",
-                "mask_n = offs_n < N",
-                "o_mask = mask_m[:, None] & mask_n[None, :]",
-                f'acc = tl.load({out_tile}, mask=o_mask, other=0.0, cache_modifier=".cg").to(tl.float32)',
-                *_normalize(spec),
-                *([_call(repi_fn, "acc", _op_args(spec, "_j"))] if has_repi else []),
-                f"tl.store({out_tile}, acc.to(out_ptr.dtype.element_ty), mask=o_mask)",
+                "offs_nj = j * BLOCK_N + tl.arange(0, BLOCK_N)",
+                "mask_nj = offs_nj < N",
+                "o_mask = mask_m[:, None] & mask_nj[None, :]",
+                *(_load_ops(spec, "offs_nj", "mask_nj", "_j") if (has_repi or r == "layernorm") else []),
+                f'y = tl.load({tile_j}, mask=o_mask, other=0.0, cache_modifier=".cg").to(tl.float32)',
+                *[re.sub(r"\bacc\b", "y", ln) for ln in _normalize(spec)],
+                *([_call(repi_fn, "y", _op_args(spec, "_j"))] if has_repi else []),
+                f"tl.store({tile_j}, y.to(out_ptr.dtype.element_ty), mask=o_mask)",
             ]
-            need_ops = has_repi or r == "layernorm"
-            loads = _load_ops(spec, "offs_n", "mask_n", "_j") if need_ops else []
-            chunk = chunk[:3] + loads + chunk[3:]
             multi += _indent(["for j in range(0, num_pid_n):", *_indent(chunk, 1)], 1)
         finish = [
             *_load_ops(spec, "offs_n", "mask_n"),
@@ -715,6 +726,8 @@ def _launcher_src(spec: GemmSpec, config: dict[str, Any]) -> str:
         consts.append(f"ONE_N_TILE=({one_tile})")
     if r == "layernorm":
         consts.append('EPS=float(cfg["eps"])')
+    if spec.dtype == "bfloat16":
+        consts.append("UPCAST_DOT=(not a.is_cuda)")  # CPU tensors only run in the interpreter
     consts += ['num_warps=int(cfg["num_warps"])', 'num_stages=int(cfg["num_stages"])']
     call_args = ["a", "b", "out", "ws", "cnt", *args, "M", "N", "K", "B",
                  "sab", "sam", "sak", "sbb", "sbk", "sbn", "sob", "som", "son", *strides, *consts]
