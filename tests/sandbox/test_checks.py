@@ -1,0 +1,130 @@
+"""Unit tests of the comparison, input distributions, environment scrubbing and ncu parsing
+(no worker processes: fast)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernellab.sandbox._check import DISTRIBUTIONS, check_structure, compare, modified_inputs, overlaps, transform
+from kernellab.sandbox._env import is_secret, worker_env
+from kernellab.sandbox._profile import METRICS, ProfileResult, parse_raw_csv, profile
+
+SHAPES = [(1,), (127,), (3, 127), (33, 65), (2, 17, 31)]
+DTYPES = [(torch.float32, 1e-4, 1e-4), (torch.float16, 1e-2, 1e-2), (torch.bfloat16, 1e-2, 1e-2)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype, atol, rtol", DTYPES)
+def test_compare_equal_passes_and_perturbed_fails(shape, dtype, atol, rtol):
+    torch.manual_seed(0)
+    ref = torch.randn(shape).to(dtype)
+    assert compare(ref, ref.clone(), atol, rtol)["ok"]
+    bad = ref.clone()
+    idx = tuple(s - 1 for s in shape)  # the last element
+    bad[idx] = bad[idx] + 1.0
+    res = compare(ref, bad, atol, rtol)
+    assert not res["ok"] and res["error_class"] == "mismatch"
+    assert res["first_bad"] == [list(idx)]
+    assert res["max_abs_err"] == pytest.approx(1.0, rel=1e-2)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_compare_small_uniform_error_caught_by_relative_norm(shape):
+    ref = torch.full(shape, 1e-5)
+    out = torch.zeros(shape)  # passes allclose thanks to atol, but is 100% wrong
+    res = compare(ref, out, 1e-4, 1e-4)
+    n = ref.numel()
+    # the norm check needs the error to exceed atol in norm: only large enough outputs are caught
+    assert res["ok"] == (1e-5 * n ** 0.5 <= 1e-4)
+
+
+def test_nan_inf_rules():
+    ref = torch.tensor([1.0, float("nan"), float("inf"), -float("inf")])
+    assert compare(ref, ref.clone(), 1e-4, 1e-4)["ok"]
+    out = ref.clone()
+    out[0] = float("nan")
+    res = compare(ref, out, 1e-4, 1e-4)
+    assert not res["ok"] and res["error_class"] == "nan" and res["first_bad"] == [[0]]
+    out = ref.clone()
+    out[2] = -float("inf")
+    assert compare(ref, out, 1e-4, 1e-4)["error_class"] == "nan"
+
+
+def test_structure_checks():
+    ref = [torch.zeros(2, 3)]
+    assert check_structure(ref, torch.zeros(2, 3)) is None
+    assert check_structure(ref, torch.zeros(3, 2))[0] == "shape"
+    assert check_structure(ref, torch.zeros(2, 3, dtype=torch.float64))[0] == "dtype"
+    assert check_structure(ref, (torch.zeros(2, 3), torch.zeros(2, 3)))[0] == "count"
+    assert check_structure(ref, {"y": 1})[0] == "type"
+
+
+@pytest.mark.parametrize("dist", DISTRIBUTIONS)
+def test_distributions_keep_shape_dtype_and_domain(dist):
+    g = torch.Generator().manual_seed(0)
+    pos = torch.rand(5, 7) + 0.5  # a problem whose inputs must stay positive (log, sqrt)
+    ints = torch.arange(4)
+    out = transform([pos, ints, 3], dist, g)
+    assert out[0].shape == pos.shape and out[0].dtype == pos.dtype
+    assert bool((out[0] >= 0).all())
+    assert out[1] is ints and out[2] == 3
+    if dist != "problem":
+        assert not torch.equal(out[0], pos)
+
+
+def test_aliasing_and_modification_helpers():
+    x = torch.zeros(10)
+    assert overlaps(x, x[3:5]) and not overlaps(x, torch.zeros(10))
+    y = x.clone()
+    assert modified_inputs([x], [y]) == []
+    y[0] = float("nan")
+    assert modified_inputs([x], [y]) == [0]
+
+
+@pytest.mark.parametrize("name, secret", [
+    ("OPENAI_API_KEY", True), ("ANTHROPIC_API_KEY", True), ("GITHUB_TOKEN", True), ("HF_TOKEN", True),
+    ("AWS_ACCESS_KEY_ID", True), ("GOOGLE_APPLICATION_CREDENTIALS", True), ("AZURE_CLIENT_SECRET", True),
+    ("MY_DB_PASSWORD", True), ("PATH", False), ("CUDA_VISIBLE_DEVICES", False), ("TRITON_CACHE_DIR", False),
+])
+def test_secret_names(name, secret):
+    assert is_secret(name) is secret
+
+
+def test_worker_env_is_an_allow_list(monkeypatch, tmp_path):
+    monkeypatch.setenv("SOME_RANDOM_SETTING", "x")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-123")
+    monkeypatch.setenv("TRITON_TOKEN", "t")  # allowed prefix, secret name: dropped
+    env = worker_env(str(tmp_path), {"KERNELLAB_SANDBOX_DEVICE": "cpu"})
+    assert "SOME_RANDOM_SETTING" not in env and "OPENAI_API_KEY" not in env and "TRITON_TOKEN" not in env
+    assert env["HOME"] == env["TMPDIR"] == str(tmp_path)
+    assert env["KERNELLAB_SANDBOX_DEVICE"] == "cpu" and "PATH" in env
+
+
+RAW = '''==PROF== Connected to process 123
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","gpu__time_duration.sum","dram__bytes_read.sum","dram__bytes_write.sum","smsp__sass_thread_inst_executed_op_ffma_pred_on.sum","launch__registers_per_thread","smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio"
+"","","","","","","","ns","byte","byte","inst","register/thread","",""
+"0","123","python","h","gemm_bias_gelu_kernel","1","7","1000000","2110000000","2110000000","5000000000","128","3.5","0.5"
+"1","123","python","h","gemm_bias_gelu_kernel","1","7","2000","1,000","0","0","40","1","2"
+'''
+
+
+def test_parse_ncu_raw_csv_and_derived_metrics():
+    rows = parse_raw_csv(RAW, METRICS)
+    d = {(k, m): v for k, m, v in rows}
+    k = "gemm_bias_gelu_kernel"
+    assert d[(k, "duration_ns")] == 1e6 and d[(k, "registers_per_thread")] == 128
+    assert d[(k, "achieved_bandwidth_tbs")] == pytest.approx(4.22)
+    assert d[(k, "bandwidth_pct_of_ceiling")] == pytest.approx(100.0)
+    assert d[(k, "achieved_fp32_tflops")] == pytest.approx(10.0)
+    assert d[(k, "top_stall_1_long_scoreboard")] == 3.5
+    assert d[(k + "#1", "dram_bytes_read")] == 1000  # second launch of the same kernel
+    assert (k + "#1", "top_stall_1_barrier") in d
+
+
+def test_profile_without_ncu_says_why(tmp_path):
+    from kernellab import Problem
+
+    p = Problem(name="t", source="import torch\n")
+    res = profile(p, "", ncu=str(tmp_path / "no-ncu"))
+    assert isinstance(res, ProfileResult) and res == [] and "ncu" in res.reason

@@ -1,0 +1,97 @@
+"""evaluate(): configs, seeding, bad arguments, the CLI, and the result record."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from kernellab.sandbox import RESULT_KEYS, EvalJob, SandboxError, evaluate
+
+RELU_CFG = textwrap.dedent('''
+    import torch
+    CONFIG = {"SCALE": 1.0}
+    SPACE = {"SCALE": [1.0, 3.0]}
+    class ModelNew(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x * 2.0) * CONFIG["SCALE"] + 1.0
+''')
+
+LINEAR_SUBCLASS = textwrap.dedent('''
+    import torch
+    class Model(torch.nn.Module):
+        def __init__(self, features):
+            super().__init__()
+            self.linear = torch.nn.Linear(features, features)
+        def forward(self, x):
+            return self.linear(x)
+    class ModelNew(Model):
+        def forward(self, x):
+            return torch.addmm(self.linear.bias, x, self.linear.weight.t())
+''')
+
+LINEAR_OWN_WEIGHTS = LINEAR_SUBCLASS.replace(
+    "class ModelNew(Model):\n",
+    "class ModelNew(Model):\n    def __init__(self, features):\n        super().__init__(features)\n"
+    "        torch.nn.init.normal_(self.linear.weight)\n")
+assert LINEAR_OWN_WEIGHTS != LINEAR_SUBCLASS
+
+
+@pytest.mark.parametrize("config, status", [(None, "correct"), ({"SCALE": 1.0}, "correct"),
+                                            ({"SCALE": 3.0}, "incorrect")])
+def test_config_is_applied_before_construction(sandbox_executor, problem, config, status):
+    r = evaluate(problem("tiny_relu"), RELU_CFG, config=config, trials=2, timing=False, executor=sandbox_executor)
+    assert r["status"] == status, r["error_text"]
+    assert r["config"] == (config or {})
+
+
+def test_unknown_config_key_is_a_compile_error(sandbox_executor, problem):
+    r = evaluate(problem("tiny_relu"), RELU_CFG, config={"BLOCK": 64}, trials=1, timing=False,
+                 executor=sandbox_executor)
+    assert (r["status"], r["error_class"]) == ("compile_error", "config")
+
+
+def test_model_and_modelnew_are_seeded_alike(sandbox_executor, problem):
+    p = problem("tiny_linear")
+    good = sandbox_executor.submit(EvalJob(p, LINEAR_SUBCLASS, trials=3, timing=False))
+    bad = sandbox_executor.submit(EvalJob(p, LINEAR_OWN_WEIGHTS, trials=3, timing=False))
+    assert good.result()["status"] == "correct", good.result()["error_text"]
+    assert bad.result()["status"] == "incorrect"
+
+
+def test_cpu_result_is_interpreted_with_timings_and_no_speedups(sandbox_executor, problem):
+    r = evaluate(problem("tiny_relu"), RELU_CFG, trials=2, executor=sandbox_executor)
+    assert tuple(r) == RESULT_KEYS
+    assert r["status"] == "correct" and r["interpreted"] is True
+    assert r["median_ms"] > 0 and r["eager_ms"] > 0 and r["p20_ms"] <= r["median_ms"] <= r["p80_ms"]
+    assert r["speedup_eager"] is None and r["speedup_compile"] is None and r["compile_ms"] is None
+    assert "torch.compile" in r["details"]["compile"]
+    assert r["versions"]["torch"] == torch.__version__ and r["device"].startswith("cpu")
+    assert r["details"]["small"] is True
+
+
+@pytest.mark.parametrize("kwargs", [{"device": "tpu"}, {"trials": 0}] +
+                         ([] if torch.cuda.is_available() else [{"device": "cuda"}]))
+def test_bad_arguments_raise(sandbox_executor, problem, kwargs):
+    with pytest.raises(SandboxError):
+        evaluate(problem("tiny_relu"), RELU_CFG, executor=sandbox_executor, **kwargs)
+
+
+def test_cli_eval_gemm_bias_gelu_triton_small(root):
+    cmd = [sys.executable, "-m", "kernellab.cli", "eval", "experiments/problems/fusions/gemm_bias_gelu.py",
+           "experiments/candidates/gemm_bias_gelu_triton.py", "--small"]
+    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "status: correct" in out.stdout
+    if not torch.cuda.is_available():
+        assert "interpreted" in out.stdout
+
+
+def test_cli_eval_bad_config_exits_2(root):
+    cmd = [sys.executable, "-m", "kernellab.cli", "eval", "experiments/problems/fusions/gemm_bias_gelu.py",
+           "experiments/candidates/gemm_bias_gelu_triton.py", "--config", "[1, 2]", "--json"]
+    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "JSON object" in out.stderr
