@@ -99,6 +99,8 @@ class AnthropicBackend(Backend):
                 self.force_tool = False
                 raise RebuildRequest() from None
             raise LLMError(f"the Anthropic API rejected the request (400): {msg}") from None
+        except ValueError as e:  # the SDK refuses non-streaming calls it expects to exceed 10 minutes
+            raise LLMError(f"{self.model}: {e} (lower max_tokens for this role)") from None
         except anthropic.APIConnectionError as e:  # includes timeouts, after the SDK's retries
             raise LLMUnavailable(f"Anthropic API unreachable after {self._max_retries} retries: {e}") from None
         except anthropic.APIStatusError as e:
