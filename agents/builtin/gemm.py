@@ -31,9 +31,10 @@ import re
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 __all__ = [
     "Operand",

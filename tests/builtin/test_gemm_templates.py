@@ -9,7 +9,6 @@ import types
 
 import pytest
 import torch
-
 from kernellab.agents.builtin.gemm import (
     ROW_REDUCTIONS,
     VECTOR_REDUCTIONS,
@@ -118,7 +117,7 @@ def reference(spec: GemmSpec, a, b, extra, eps: float = 1e-5) -> torch.Tensor:
     bt = b.float().transpose(-1, -2) if spec.trans_b else b.float()
     acc = a.float() @ bt
     env, venv = {}, {}
-    for op, t in zip(spec.operands, extra):
+    for op, t in zip(spec.operands, extra, strict=True):
         if op.kind == "col":
             env[op.name] = t.float().unsqueeze(-1)
             venv[op.name] = t.float()
