@@ -302,7 +302,7 @@ def report(campaign: str, output: str, db: str, as_json: bool) -> None:
 @click.option("--problem", default=None, metavar="P",
               help="Problem name or id (needed when the campaign has several problems).")
 @click.option("-o", "--output", "output", default=None, metavar="FILE",
-              help="Where to write the .py file [default: best_<problem>.py].")
+              help="Where to write the .py file [default: exports/best_<problem>.py].")
 @db_option
 @json_option
 @_errors

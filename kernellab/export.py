@@ -163,10 +163,11 @@ def _safe(name: str) -> str:
 
 
 def export(store: Any, campaign: str, problem: str | None = None, path: str | Path | None = None) -> tuple[Path, dict]:
-    """Write the standalone file (default ``best_<problem>.py``); returns the path and the record."""
+    """Write the standalone file (default ``exports/best_<problem>.py``); returns the path and the record."""
     store = _open(store)
     b = best_candidate(store, campaign, problem)
-    out = Path(path) if path else Path(f"best_{_safe(b['problem']['name'])}.py")
+    out = Path(path) if path else Path("exports") / f"best_{_safe(b['problem']['name'])}.py"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(export_source(store, campaign, b["problem"]["id"]), encoding="utf-8")
     return out, b
 

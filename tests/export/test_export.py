@@ -155,3 +155,13 @@ def test_export_errors(tmp_path: Path) -> None:
     assert r.exit_code == 1 and "no correct candidate" in r.output
     assert not (tmp_path / "x.py").exists()
     assert CliRunner().invoke(main, ["export", "export-test", "--db", str(tmp_path / "missing.db")]).exit_code == 2
+
+
+def test_export_default_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "k.db"
+    _campaign(db, "self_contained")
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["export", "export-test", "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "exports" / "best_linear_relu.py"
+    assert "exports/best_linear_relu.py" in res.output and "CONFIG.update({'BLOCK': 64})" in out.read_text()
