@@ -165,3 +165,20 @@ def test_export_default_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert res.exit_code == 0, res.output
     out = tmp_path / "exports" / "best_linear_relu.py"
     assert "exports/best_linear_relu.py" in res.output and "CONFIG.update({'BLOCK': 64})" in out.read_text()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 127, 1025])
+def test_exported_kernel_on_the_gpu(tmp_path: Path, batch: int) -> None:
+    """The exported Triton kernel compiled for a real GPU matches the reference there too."""
+    db = tmp_path / "k.db"
+    _campaign(db, "self_contained")
+    cls = load_best(str(db), "export-test", "linear_relu")
+    ref_mod = load_problem(PROBLEM).module()
+    torch.manual_seed(0)
+    ref = ref_mod.Model(256, 511).cuda().eval()
+    new = cls(256, 511).cuda().eval()
+    new.load_state_dict(ref.state_dict())
+    x = torch.randn(batch, 256, device="cuda")
+    with torch.no_grad():
+        torch.testing.assert_close(new(x), ref(x), atol=1e-4, rtol=1e-4)
