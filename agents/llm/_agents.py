@@ -131,7 +131,9 @@ class LLMAgents:
         if tree:
             def score(r: dict) -> float:
                 b = r.get("best") or {}
-                return b.get("speedup_eager") or 0.0 if b.get("status") == "correct" else -1.0
+                if b.get("status") != "correct":
+                    return -1.0
+                return b.get("speedup_eager") or 0.0
             rows = sorted(tree, key=lambda r: (node_ref(problem, r) not in selected, -score(r)))
             lines.append(f"# Search tree ({len(tree)} nodes; selected first, then best)")
             for r in rows[:_MAX_TREE_ROWS]:

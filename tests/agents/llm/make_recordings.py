@@ -162,6 +162,19 @@ rec.update({
                                   "response": {"status": 200, "headers": {"content-type": "application/json"},
                                                "body": models_list}}],
 })
+# Expanding a node: the planner names nodes by source-hash ref; the first answer names a node that
+# was not selected, the retry names the selected one.
+from kernellab.problem import content_hash  # noqa: E402
+
+_problem_src = (OUT.parents[3] / "experiments/problems/fusions/gemm_bias_gelu.py").read_text()
+REF = content_hash(content_hash(_problem_src), FIXED)[:10]
+EXPAND = lambda parent: {"proposals": [{"parent": parent, "idea": "Move the GEMM into the Triton kernel: "
+                         "128x128x64 tiles, GROUP_M 8, epilogue on the accumulator.", "rationale": "The analyst "
+                         "found the epilogue at 71% of bandwidth; the remaining gain is its traffic.",
+                         "expected_gain": 1.2}]}
+rec["anthropic_plan_expand.json"] = [
+    ok(msg("msg_01PlanK2", "toolu_01PlanK2", "submit_plan", EXPAND("0123456789"), usage(1500, 300, cr=3921))),
+    ok(msg("msg_01PlanL3", "toolu_01PlanL3", "submit_plan", EXPAND(REF), usage(1900, 300, cr=3921)))]
 OUT.mkdir(parents=True, exist_ok=True)
 for name, exchanges in rec.items():
     (OUT / name).write_text(json.dumps(exchanges, indent=1) + "\n")

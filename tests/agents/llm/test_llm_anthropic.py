@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 import torch
-from conftest import FAKE_ANTHROPIC_KEY, Recorded, disconnected
+from conftest import FAKE_ANTHROPIC_KEY, RECORDINGS, Recorded, disconnected
 from kernellab.agents.llm import (
     SCHEMAS,
     BudgetExceeded,
@@ -223,3 +223,37 @@ def test_preflight_unreachable(store, campaign):
 def test_preflight_refuses_a_budget_without_a_price(store, campaign):
     with pytest.raises(PreflightError, match="no price known"):
         agents(store, campaign, None, model="claude-unknown-1", budget_usd=5.0).preflight()
+
+
+def test_plan_expands_a_selected_node_named_by_its_source_hash(store, campaign, problem):
+    fixed = json.loads((RECORDINGS / "anthropic_debug_round.json").read_text())[1]["response"]["body"]
+    fixed_source = fixed["content"][0]["input"]["source"]
+    root = store.add_candidate(campaign, problem.id, "# root\n", origin="seed")
+    node = store.add_candidate(campaign, problem.id, fixed_source, parent_id=root, origin="llm")
+    tree = [dict(store.get_candidate(root), best={"status": "correct", "speedup_eager": 1.0}, analysis=None),
+            dict(store.get_candidate(node), best={"status": "correct", "speedup_eager": 1.12},
+                 analysis={"bound": "memory", "pct_of_ceiling": 71.5, "next_ideas": ["fuse the GEMM"]},
+                 selected=True)]
+    rec = Recorded("anthropic_plan_expand.json")
+    (p,) = agents(store, campaign, rec).plan(problem, tree, 1, {})
+    assert p.parent_id == node  # the ref the model used maps back to this campaign's candidate id
+    ref = store.get_candidate(node)["source_hash"][:10]
+    prompt = rec.bodies[0]["messages"][0]["content"]
+    assert f"Selected for expansion: {ref}" in prompt and node not in prompt  # ids are campaign-specific
+    assert "memory-bound at 71.5%" in prompt
+    (result,) = rec.bodies[1]["messages"][2]["content"]
+    assert "'0123456789' is not one of the nodes selected" in result["content"]
+
+
+def test_parallel_calls_account_every_dollar(store, campaign, problem):
+    """The graph expands proposals in parallel branches: one backend serves them concurrently."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rec = Recorded(*["anthropic_plan.json"] * 4)
+    a = agents(store, campaign, rec)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: a.plan(problem, [], 2, {}), range(4)))
+    assert all(len(r) == 2 for r in results) and rec.done()
+    rows = store.llm_calls(campaign_id=campaign)
+    assert len(rows) == 4 and len(a.history) == 4
+    assert a.spent_usd == pytest.approx(sum(r["cost_usd"] for r in rows))
