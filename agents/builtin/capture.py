@@ -1,0 +1,306 @@
+"""Capture a problem's ``Model`` as an ATen-level :class:`~.ir.Graph` with shapes and dtypes.
+
+How: build the model and its inputs on the ``meta`` device (no memory, no compute, any size), then
+``torch.export`` it and run the default decompositions *except* for the ops the builtin lowers itself
+(linear, softmax, layer_norm...: keeping them whole lets the partitioner see a GEMM or a softmax).
+When export fails, ``make_fx`` (torch.fx tracing through the dispatcher, pre-dispatch so the same
+high-level ops survive) is tried. Ops outside the builtin's tables stay in the graph as ``opaque``
+nodes, run by PyTorch; they are listed in ``Graph.uncaptured``.
+
+Sizes: a candidate is evaluated at the problem's full size on a GPU and at its ``SMALL`` size on
+the CPU, so the generated code must not bake sizes. The graph is captured at both sizes; an integer
+argument that differs (a ``view`` target shape, say) is resolved to a :class:`~.ir.Sym` — a product
+of dimensions of some earlier value whose sizes match at both sizes — and read at run time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import operator
+import types
+import warnings
+from typing import Any
+
+import torch
+
+from kernellab.problem import Problem, cast_inputs, torch_dtype
+
+from .ir import FLOAT_DTYPES, Graph, Node, Ref, Sym
+from .lower import LOWERINGS, VIEW_OPS, lower_node
+
+__all__ = ["capture", "CaptureError"]
+
+# ops kept whole through the decompositions: each has a lowering in ``lower.py``
+_KEEP = [
+    "linear.default", "mm.default", "addmm.default", "bmm.default", "matmul.default",
+    "softmax.int", "_softmax.default", "log_softmax.int", "_log_softmax.default", "logsumexp.default",
+    "layer_norm.default", "rms_norm.default", "group_norm.default", "instance_norm.default",
+    "batch_norm.default", "gelu.default", "silu.default", "mish.default", "hardswish.default",
+    "hardsigmoid.default", "softplus.default", "elu.default", "selu.default", "leaky_relu.default",
+    "hardtanh.default", "var.dim", "var.correction", "std.dim", "std.correction", "mean.dim",
+    "dropout.default", "sigmoid.default", "tanh.default", "relu.default", "clamp.default",
+]
+
+
+class CaptureError(RuntimeError):
+    """The model could not be captured at all (neither torch.export nor make_fx)."""
+
+
+def capture(problem: Problem, method: str = "auto") -> Graph:
+    """The problem's graph at its full size, with sizes that change under ``SMALL`` as ``Sym``."""
+    graph = _capture_at(problem, small=False, method=method)
+    mod = problem.module()
+    if getattr(mod, "SMALL", None):
+        try:
+            small = _capture_at(problem, small=True, method=graph.method)
+            _resolve_sizes(graph, small)
+        except CaptureError as exc:
+            graph.notes.append(f"SMALL capture failed ({exc}); sizes are those of the full problem")
+    lowered: list[Node] = []
+    for n in graph.nodes:
+        lowered.extend(lower_node(n, graph))
+    graph.nodes = _dead_code(lowered, graph.outputs)
+    graph.reindex()
+    graph.uncaptured = sorted({n.op for n in graph.nodes if n.kind == "opaque"})
+    return graph
+
+
+# -- building the model on the meta device --------------------------------------------------------
+
+def _build(problem: Problem, small: bool, device: str) -> tuple[torch.nn.Module, list, list[str]]:
+    mod = problem.module(small=small)
+    dtype = torch_dtype(getattr(mod, "DTYPE", "float32"))
+    with torch.device(device), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(0)
+        model = mod.Model(*mod.get_init_inputs())
+        inputs = list(mod.get_inputs())
+    model = model.to(device=device, dtype=dtype).eval()
+    inputs = cast_inputs(inputs, dtype, device)
+    import inspect
+    try:
+        names = [p for p in inspect.signature(model.forward).parameters if p != "self"]
+    except (TypeError, ValueError):
+        names = []
+    names = [n for n in names][: len(inputs)]
+    names += [f"arg{i}" for i in range(len(names), len(inputs))]
+    return model, inputs, names
+
+
+def _capture_at(problem: Problem, small: bool, method: str) -> Graph:
+    errors = []
+    for device in ("meta", "cpu"):
+        try:
+            model, inputs, names = _build(problem, small, device)
+        except Exception as exc:  # e.g. an __init__ that reads data
+            errors.append(f"building on {device}: {type(exc).__name__}: {exc}")
+            continue
+        order = ["export", "make_fx"] if method in ("auto", "export") else ["make_fx"]
+        if method == "export":
+            order = ["export"]
+        for how in order:
+            try:
+                with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    fx, names_of, single = (_export if how == "export" else _make_fx)(model, inputs, names)
+                return _translate(fx, names_of, single, how)
+            except Exception as exc:
+                errors.append(f"{how} on {device}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    raise CaptureError("; ".join(errors))
+
+
+def _keep_table() -> Any:
+    table = torch.export.default_decompositions()
+    for name in _KEEP:
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload, None)
+        if op is not None:
+            table.pop(op, None)
+    return table
+
+
+def _export(model: torch.nn.Module, inputs: list, names: list[str]):
+    ep = torch.export.export(model, tuple(inputs), strict=False)
+    ep = ep.run_decompositions(_keep_table())
+    sig = ep.graph_signature
+    if getattr(sig, "inputs_to_lifted_tensor_constants", None):
+        raise CaptureError("tensor constants created in forward are not supported")
+    placeholder_names: dict[str, tuple[str, str]] = {}
+    for ph, fqn in sig.inputs_to_parameters.items():
+        placeholder_names[ph] = ("param", fqn)
+    for ph, fqn in sig.inputs_to_buffers.items():
+        placeholder_names[ph] = ("param", fqn)
+    user = [s for s in sig.user_inputs]
+    for i, ph in enumerate(user):
+        placeholder_names[ph] = ("input", names[i])
+    out_spec = ep.call_spec.out_spec
+    single = out_spec is not None and out_spec.is_leaf()
+    return ep.graph_module.graph, placeholder_names, single
+
+
+def _make_fx(model: torch.nn.Module, inputs: list, names: list[str]):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    params = dict(model.named_parameters())
+    buffers = dict(model.named_buffers())
+
+    def f(p, b, *args):
+        return torch.func.functional_call(model, {**p, **b}, args)
+
+    gm = make_fx(f, pre_dispatch=True)(params, buffers, *inputs)
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    order = [("param", k) for k in params] + [("param", k) for k in buffers] + [("input", n) for n in names]
+    placeholder_names = {ph.name: order[i] for i, ph in enumerate(phs)}
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    single = not isinstance(out.args[0], (list, tuple)) or (len(out.args[0]) == 1 and isinstance(
+        _val(out.args[0][0]), torch.Tensor) and not isinstance(model(*inputs), (tuple, list)))
+    return gm.graph, placeholder_names, single
+
+
+# -- fx -> IR -------------------------------------------------------------------------------------
+
+def _val(fxnode: Any) -> Any:
+    return fxnode.meta.get("val") if hasattr(fxnode, "meta") else None
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def _conv_arg(a: Any) -> Any:
+    if isinstance(a, torch.fx.Node):
+        return Ref(a.name)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_conv_arg(x) for x in a)
+    return a
+
+
+def _bind(target: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """Arguments of an ATen call by schema name, defaults filled in."""
+    out: dict[str, Any] = {}
+    schema = target._schema
+    pos = list(args)
+    for i, arg in enumerate(schema.arguments):
+        if i < len(pos) and not arg.kwarg_only:
+            out[arg.name] = pos[i]
+        elif arg.name in kwargs:
+            out[arg.name] = kwargs[arg.name]
+        elif arg.has_default_value():
+            out[arg.name] = arg.default_value
+        else:
+            out[arg.name] = None
+    return out
+
+
+def _translate(fx: torch.fx.Graph, placeholders: dict[str, tuple[str, str]], single: bool, method: str) -> Graph:
+    nodes: list[Node] = []
+    inputs: list[str] = []
+    outputs: list[Any] = []
+    for fn in fx.nodes:
+        val = _val(fn)
+        shape = tuple(int(s) for s in val.shape) if isinstance(val, torch.Tensor) else None
+        dtype = _dtype_name(val.dtype) if isinstance(val, torch.Tensor) else None
+        if fn.op == "placeholder":
+            kind, label = placeholders.get(fn.name, ("input", fn.name))
+            if kind == "input":
+                inputs.append(fn.name)
+            nodes.append(Node(fn.name, kind, label, shape=shape, dtype=dtype))
+        elif fn.op == "output":
+            res = fn.args[0]
+            res = res if isinstance(res, (list, tuple)) else [res]
+            outputs = [_conv_arg(r) for r in res]
+        elif fn.op == "call_function":
+            if fn.target is operator.getitem:
+                nodes.append(Node(fn.name, "getitem", "getitem", (Ref(fn.args[0].name),),
+                                  {"index": fn.args[1]}, shape, dtype))
+                continue
+            if not isinstance(fn.target, torch._ops.OpOverload):
+                raise CaptureError(f"unsupported call {fn.target} at {fn.name}")
+            if fn.target is torch.ops.aten._assert_tensor_metadata.default:
+                continue
+            name = f"{fn.target._schema.name.split('::')[1]}.{fn.target._overloadname}"
+            bound = {k: _conv_arg(v) for k, v in _bind(fn.target, fn.args, fn.kwargs).items()}
+            kind = "aten"  # raw: lowered later by lower_node
+            nodes.append(Node(fn.name, kind, name, (), {"bound": bound, "args": _conv_arg(fn.args),
+                                                          "kwargs": _conv_arg(dict(fn.kwargs))}, shape, dtype))
+        else:
+            raise CaptureError(f"unsupported fx node {fn.op} {fn.name}")
+    g = Graph(nodes=nodes, inputs=inputs, outputs=outputs, single_output=single, method=method)
+    return g
+
+
+def _dead_code(nodes: list[Node], outputs: list[Any]) -> list[Node]:
+    live = {o.name for o in outputs if isinstance(o, Ref)}
+    keep: list[Node] = []
+    for n in reversed(nodes):
+        if n.name in live or n.kind == "input":
+            keep.append(n)
+            live.update(n.refs())
+    return list(reversed(keep))
+
+
+# -- sizes that change with SMALL -----------------------------------------------------------------
+
+def _resolve_sizes(full: Graph, small: Graph) -> None:
+    """Replace integers that differ between the two captures by ``Sym`` sizes read at run time."""
+    if [(n.name, n.op) for n in full.nodes] != [(n.name, n.op) for n in small.nodes]:
+        raise CaptureError("the graph's structure changes with SMALL")
+    shapes_small = {n.name: n.shape for n in small.nodes}
+    seen: list[Node] = []
+    for nf, ns in zip(full.nodes, small.nodes):
+        if nf.kind == "aten":
+            for key in ("bound", "args", "kwargs"):
+                nf.attrs[key] = _merge(nf.attrs[key], ns.attrs[key], nf, seen, shapes_small)
+        seen.append(nf)
+
+
+def _merge(a: Any, b: Any, node: Node, seen: list[Node], shapes_small: dict) -> Any:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a
+    if isinstance(a, int) and isinstance(b, int):
+        if a == b:
+            return a
+        sym = _find_size(a, b, node, seen, shapes_small)
+        if sym is None:
+            raise CaptureError(f"{node.name}: size {a} (SMALL: {b}) matches no dimension")
+        return sym
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        return type(a)(_merge(x, y, node, seen, shapes_small) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {k: _merge(a[k], b.get(k), node, seen, shapes_small) for k in a}
+    return a
+
+
+def _find_size(full: int, small: int, node: Node, seen: list[Node], shapes_small: dict) -> Sym | None:
+    first = [r for r in node.refs()] if node.kind != "aten" else _raw_refs(node)
+    order = [s for s in seen if s.name in first] + [s for s in seen if s.kind == "input"] + list(reversed(seen))
+    for cand in order:
+        sf, ss = cand.shape, shapes_small.get(cand.name)
+        if not sf or not ss or len(sf) != len(ss):
+            continue
+        for i in range(len(sf)):  # a single dimension first, then products of ranges
+            for j in range(i, len(sf)):
+                if math.prod(sf[i:j + 1]) == full and math.prod(ss[i:j + 1]) == small:
+                    return Sym(cand.name, tuple(range(i, j + 1)))
+    return None
+
+
+def _raw_refs(node: Node) -> list[str]:
+    out: list[str] = []
+
+    def walk(a: Any) -> None:
+        if isinstance(a, Ref):
+            out.append(a.name)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                walk(x)
+        elif isinstance(a, dict):
+            for x in a.values():
+                walk(x)
+    walk(node.attrs.get("bound", {}))
+    return out
+
+
+_ = (LOWERINGS, VIEW_OPS, FLOAT_DTYPES, types)

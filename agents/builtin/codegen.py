@@ -1,0 +1,318 @@
+"""Write the candidate file (DESIGN.md "Candidate contract") for a partitioned graph.
+
+Layout of a generated file: a docstring (groups, actions, what PyTorch still runs, the numerics
+rule), the problem's source verbatim (``Model``, its constants), ``CONFIG``/``SPACE`` (one entry per
+kernel group, read by the launchers at call time), shared helpers, then per group a ``@triton.jit``
+kernel and its launcher, and ``class ModelNew(Model)`` whose ``forward`` calls the launchers in
+execution order and leaves views and uncaptured ops to PyTorch.
+
+Numerics rule (GEMMs): float32 problems use IEEE fp32 dot products unless the problem's tolerances
+are at least ``TF32_MIN_TOL`` in both atol and rtol (what fp16/bf16 problems get by default), in
+which case TF32 is allowed; fp16/bf16 GEMMs accumulate in fp32. All pointwise and reduction math
+runs in fp32 whatever the storage type.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+
+from .gemm import GemmSpec, Operand, gemm_kernel
+from .ir import Graph, Node, Ref, Sym
+from .loopgen import RUNTIME_HELPERS, loop_kernel
+from .partition import Group
+from .pointwise import HELPERS, emit_pw, literal
+
+__all__ = ["generate", "TF32_MIN_TOL", "allow_tf32"]
+
+TF32_MIN_TOL = 1e-2
+
+
+def allow_tf32(dtype: str, atol: float, rtol: float) -> bool:
+    """TF32 rounds GEMM inputs to 10 mantissa bits (~5e-4 relative per product): only problems whose
+    tolerances already admit half-precision error may use it."""
+    return dtype == "float32" and atol >= TF32_MIN_TOL and rtol >= TF32_MIN_TOL
+
+
+# -- rendering values in forward ------------------------------------------------------------------
+
+def _render(a: Any) -> str:
+    if isinstance(a, Ref):
+        return a.name
+    if isinstance(a, Sym):
+        if not a.dims:
+            return "1"
+        return " * ".join(f"{a.name}.shape[{d}]" for d in a.dims) if len(a.dims) > 1 else f"{a.name}.shape[{a.dims[0]}]"
+    if isinstance(a, list):
+        return "[" + ", ".join(_render(x) for x in a) + "]"
+    if isinstance(a, tuple):
+        return "(" + ", ".join(_render(x) for x in a) + ("," if len(a) == 1 else "") + ")"
+    if isinstance(a, torch.dtype):
+        return str(a)
+    if isinstance(a, torch.device):
+        return "_dev"
+    if isinstance(a, (torch.memory_format, torch.layout)):
+        return str(a)
+    if isinstance(a, float):
+        return literal(a)
+    return repr(a)
+
+
+_TORCH_PW = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "neg": "(-{0})", "abs": "torch.abs({0})", "exp": "torch.exp({0})", "log": "torch.log({0})",
+    "sqrt": "torch.sqrt({0})", "rsqrt": "torch.rsqrt({0})", "relu": "torch.relu({0})",
+    "sigmoid": "torch.sigmoid({0})", "tanh": "torch.tanh({0})", "erf": "torch.erf({0})",
+    "silu": "torch.nn.functional.silu({0})", "identity": "{0}.clone()", "maximum": "torch.maximum({0}, {1})",
+    "minimum": "torch.minimum({0}, {1})", "where": "torch.where({0}, {1}, {2})", "pow": "torch.pow({0}, {1})",
+    "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
+    "gt": "({0} > {1})", "ge": "({0} >= {1})", "reciprocal": "torch.reciprocal({0})", "square": "({0} * {0})",
+    "log1p": "torch.log1p({0})", "exp2": "torch.exp2({0})", "log2": "torch.log2({0})", "sin": "torch.sin({0})",
+    "cos": "torch.cos({0})", "floor": "torch.floor({0})", "ceil": "torch.ceil({0})", "sign": "torch.sign({0})",
+    "hardsigmoid": "torch.nn.functional.hardsigmoid({0})", "hardswish": "torch.nn.functional.hardswish({0})",
+    "mish": "torch.nn.functional.mish({0})", "selu": "torch.selu({0})",
+    "logical_not": "torch.logical_not({0})", "logical_and": "torch.logical_and({0}, {1})",
+    "logical_or": "torch.logical_or({0}, {1})",
+}
+
+
+def _torch_node(n: Node) -> str:
+    """A PyTorch expression for one IR node (views, uncaptured ops, and nodes sent back by actions)."""
+    args = [_render(a) for a in n.args]
+    if n.kind in ("view", "opaque"):
+        packet, overload = n.op.split(".")
+        kw = n.attrs.get("kwargs") or {}
+        parts = args + [f"{k}={_render(v)}" for k, v in kw.items()]
+        return f"torch.ops.aten.{packet}.{overload}({', '.join(parts)})"
+    if n.kind == "getitem":
+        return f"{args[0]}[{n.attrs['index']}]"
+    if n.kind == "gemm":
+        if n.op == "linear":
+            return f"torch.nn.functional.linear({args[0]}, {args[1]})"
+        return f"torch.{'bmm' if n.op == 'bmm' else 'matmul'}({args[0]}, {args[1]})"
+    if n.kind == "reduce":
+        dims, keep = list(n.attrs["dims"]), n.attrs["keepdim"]
+        x = f"{args[0]}.float()"
+        if n.op == "mean" and n.attrs.get("correction") is not None:
+            e = f"torch.var({x}, dim={dims}, correction={n.attrs['correction']}, keepdim={keep})"
+        else:
+            fn = {"sum": "torch.sum", "mean": "torch.mean", "amax": "torch.amax", "amin": "torch.amin"}[n.op]
+            e = f"{fn}({x}, dim={dims}, keepdim={keep})"
+        return f"{e}.to(torch.{n.dtype})"
+    if n.kind == "pw":
+        if n.op == "gelu":
+            e = f"torch.nn.functional.gelu({args[0]}, approximate={n.attrs.get('approximate', 'none')!r})"
+        elif n.op == "cast":
+            e = args[0]
+        elif n.op in ("clamp", "hardtanh"):
+            lo = args[1] if n.op == "clamp" else literal(n.attrs["lo"])
+            hi = (args[2] if len(args) > 2 else "None") if n.op == "clamp" else literal(n.attrs["hi"])
+            e = f"torch.clamp({args[0]}, {lo}, {hi})"
+        elif n.op == "leaky_relu":
+            e = f"torch.nn.functional.leaky_relu({args[0]}, {n.attrs['slope']!r})"
+        elif n.op == "softplus":
+            e = f"torch.nn.functional.softplus({args[0]}, {n.attrs['beta']!r}, {n.attrs['threshold']!r})"
+        elif n.op == "elu":
+            e = (f"torch.nn.functional.elu({args[0]} * {n.attrs['input_scale']!r}, {n.attrs['alpha']!r}) * "
+                 f"{n.attrs['scale']!r}")
+        elif n.op in _TORCH_PW:
+            e = _TORCH_PW[n.op].format(*args)
+        else:
+            raise ValueError(f"no PyTorch rendering for pointwise op {n.op}")
+        if n.dtype == "bool":
+            return e
+        return f"torch.as_tensor({e}).to(torch.{n.dtype})"
+    raise ValueError(f"cannot render {n.kind} node {n.name} with PyTorch")
+
+
+# -- GEMM groups ----------------------------------------------------------------------------------
+
+def _opname(value: str) -> str:
+    return f"op_{value}"
+
+
+def _gemm_source(graph: Graph, grp: Group, settings: dict, variant: dict) -> tuple[str, str, dict, dict]:
+    """(kernel + launcher text, the forward lines, config, space) for one GEMM group."""
+    gnode = graph.node(grp.gemm)
+    a, b = gnode.args[0].name, gnode.args[1].name
+    dtype = graph.node(a).dtype
+    members = set(grp.nodes)
+    ln = grp.__dict__.get("ln_operands", {})
+    operands: list[Operand] = []
+    passed: list[str] = []
+    for value, kind in grp.operand_kinds.items():
+        operands.append(Operand(_opname(value), kind))
+        passed.append(_pass_operand(graph, grp, value, kind))
+    for value, label in ln.items():
+        operands.append(Operand(label, "row"))
+        passed.append(f"{value}.reshape(-1)")
+
+    def chain(names: list[str], first: str) -> str:
+        env = {first: "acc"}
+        lines = []
+        for name in names:
+            node = graph.node(name)
+            args, raw = [], []
+            for x in node.args:
+                raw.append(x)
+                if isinstance(x, Ref):
+                    args.append(env[x.name] if x.name in env else _opname(x.name))
+                elif x is None:
+                    args.append("None")
+                else:
+                    args.append(literal(x))
+            lines.append(f"v_{name} = {emit_pw(node.op, args, node.attrs, raw)}")
+            env[name] = f"v_{name}"
+        if names:
+            lines.append(f"acc = v_{names[-1]}")
+        return "\n".join(lines)
+
+    epilogue = chain(grp.epilogue, grp.gemm)
+    row_first = grp.row_block[-1] if grp.row_block else None
+    row_epi = chain(grp.row_epilogue, row_first) if grp.row_epilogue else ""
+    prec = variant.get("fp32_precision")
+    spec = GemmSpec(
+        name=grp.id, batched=gnode.op == "bmm", trans_b=gnode.op == "linear", dtype=dtype,
+        allow_tf32=allow_tf32(dtype, settings["atol"], settings["rtol"]) and prec != "ieee",
+        operands=tuple(operands), epilogue=epilogue, row_reduction=grp.row_reduction,
+        row_epilogue=row_epi, split_k=int(variant.get("split_k", 1)) if not grp.row_reduction else 1,
+        persistent=bool(variant.get("persistent", False)),
+        fp32_precision=prec if dtype == "float32" and prec in ("ieee", "tf32", "tf32x3") else None,
+    )
+    ks = gemm_kernel(spec)
+    config = dict(ks.config)
+    if grp.row_reduction == "layernorm":
+        config["eps"] = float(grp.__dict__.get("ln_eps", 1e-5))
+    for key, val in (variant.get("config") or {}).items():
+        config[key] = val
+    tail = graph.node(grp.tail)
+    if gnode.op == "bmm":
+        a_expr, lead = a, None
+    else:
+        a_expr, lead = f"{a}.reshape(-1, {a}.shape[-1])", f"{a}.shape[:-1]"
+    call = f"launch_{grp.id}({a_expr}, {b}{''.join(', ' + p for p in passed)}, config=CONFIG[{grp.id!r}])"
+    lines = [f"{grp.tail} = {call}"]
+    vector = ks.output == "vector"
+    if lead is not None:
+        if vector:
+            lines.append(f"{grp.tail} = {grp.tail}.view({lead})")
+        else:
+            lines.append(f"{grp.tail} = {grp.tail}.view(*{lead}, {grp.tail}.shape[-1])")
+    if vector and tail.shape is not None and len(tail.shape) == len(gnode.shape):
+        lines.append(f"{grp.tail} = {grp.tail}.unsqueeze(-1)")
+    if tail.dtype != dtype:
+        lines.append(f"{grp.tail} = {grp.tail}.to(torch.{tail.dtype})")
+    _ = members
+    return ks.source, "\n".join(lines), config, ks.space
+
+
+def _pass_operand(graph: Graph, grp: Group, value: str, kind: str) -> str:
+    batched = graph.node(grp.gemm).op == "bmm"
+    if kind == "matrix":
+        return value if batched else f"{value}.reshape(-1, {value}.shape[-1])"
+    if kind == "col" and batched:
+        return value
+    return f"{value}.reshape(-1)"
+
+
+# -- the file -------------------------------------------------------------------------------------
+
+def _split_future(source: str) -> tuple[str, str]:
+    fut, rest = [], []
+    for line in source.splitlines():
+        (fut if re.match(r"\s*from __future__ import", line) else rest).append(line)
+    return "\n".join(fut), "\n".join(rest)
+
+
+def _attr_path(fqn: str) -> str:
+    out = "self"
+    for part in fqn.split("."):
+        out += f".{part}" if part.isidentifier() else f"._modules[{part!r}]" if not out.endswith("_buffers") else ""
+    return out
+
+
+def _param_expr(fqn: str) -> str:
+    *mods, leaf = fqn.split(".")
+    base = "self"
+    for m in mods:
+        base = f"{base}.{m}" if m.isidentifier() else f"getattr({base}, {m!r})"
+    return f"{base}.{leaf}" if leaf.isidentifier() else f"getattr({base}, {leaf!r})"
+
+
+def generate(problem_name: str, problem_source: str, graph: Graph, groups: list[Group], settings: dict,
+             variants: dict[str, dict], actions: list[str]) -> tuple[str, dict]:
+    """The candidate source and a meta dict (kernel groups, uncaptured ops, notes)."""
+    kernels: list[str] = []
+    config: dict[str, dict] = {}
+    space: dict[str, dict] = {}
+    body: list[str] = []
+    n_kernels = 0
+    for grp in groups:
+        variant = variants.get(grp.id, {})
+        if grp.kind == "torch":
+            for name in grp.nodes:
+                body.append(f"{name} = {_torch_node(graph.node(name))}")
+            continue
+        if grp.kind == "gemm":
+            src, call, cfg, spc = _gemm_source(graph, grp, settings, variant)
+        else:
+            ls = loop_kernel(graph, grp, variant)
+            src, cfg, spc = ls.source, ls.config, ls.space
+            outs = ", ".join(ls.outputs)
+            call = f"{outs} = launch_{grp.id}({', '.join(ls.inputs)})"
+        n_kernels += 1
+        kernels.append(f"# {grp.describe(graph)}\n{src}")
+        config[grp.id], space[grp.id] = cfg, spc
+        body.extend(call.splitlines())
+
+    fut, psrc = _split_future(problem_source)
+    used_params = {n.name: n.op for n in graph.nodes if n.kind == "param"}
+    fwd = [f"        {name} = {_param_expr(fqn)}" for name, fqn in used_params.items()]
+    first = graph.inputs[0] if graph.inputs else None
+    if first:
+        fwd.append(f"        _dev = {first}.device if isinstance({first}, torch.Tensor) else None")
+    fwd += [f"        {ln}" for ln in body]
+    outs = [_render(o) for o in graph.outputs]
+    ret = outs[0] if graph.single_output and len(outs) == 1 else "(" + ", ".join(outs) + ("," if len(outs) == 1 else "") + ")"
+    fwd.append(f"        return {ret}")
+    group_lines = "\n".join(f"  {g.describe(graph)}" for g in groups if g.kind != "torch")
+    left = ", ".join(graph.uncaptured) or "nothing"
+    doc = (f'"""kernellab builtin candidate for {problem_name}: {n_kernels} generated Triton kernel(s).\n\n'
+           f"Actions from the seed: {', '.join(actions) or '(seed)'}\n"
+           f"Kernel groups:\n{group_lines or '  (none)'}\n"
+           f"Left to PyTorch: {left}\n"
+           "Numerics: pointwise and reduction math in fp32; GEMMs accumulate in fp32, fp32 GEMMs use IEEE\n"
+           f"dot products unless atol and rtol are both >= {TF32_MIN_TOL} (then TF32).\n"
+           '"""\n')
+    parts = [doc]
+    if fut:
+        parts.append(fut + "\n")
+    parts.append("# ---- the problem (Model and its constants), copied verbatim ----\n" + psrc.strip("\n") + "\n")
+    parts.append("# ---- generated by kernellab.agents.builtin ----\nimport math  # noqa: E402\n"
+                 "import torch  # noqa: E402\nimport triton  # noqa: E402\nimport triton.language as tl  # noqa: E402\n")
+    parts.append(f"CONFIG = {_pretty(config)}\n\nSPACE = {_pretty(space)}\n")
+    parts.append(HELPERS.strip("\n") + "\n\n" + RUNTIME_HELPERS.strip("\n") + "\n")
+    parts += [k.rstrip("\n") + "\n" for k in kernels]
+    args = ", ".join(graph.inputs)
+    parts.append("class ModelNew(Model):\n"
+                 '    """Model with its forward replaced by the generated kernels (same parameters)."""\n\n'
+                 f"    def forward(self, {args}):\n" + "\n".join(fwd) + "\n")
+    source = "\n\n".join(parts)
+    meta = {"kernels": n_kernels, "groups": [g.describe(graph) for g in groups],
+            "uncaptured": list(graph.uncaptured), "capture": graph.method, "notes": list(graph.notes)}
+    return source, meta
+
+
+def _pretty(d: dict) -> str:
+    if not d:
+        return "{}"
+    lines = ["{"]
+    for k, v in d.items():
+        lines.append(f"    {k!r}: {v!r},")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+_ = _attr_path

@@ -1,0 +1,124 @@
+"""The builtin's graph IR: a flat, topologically ordered list of nodes with shapes and dtypes.
+
+A node is one of
+- ``input``   a forward argument (``op`` = its name);
+- ``param``   a parameter or buffer of the model (``op`` = its dotted name, e.g. ``linear.weight``);
+- ``pw``      a pointwise op (``op`` in :data:`POINTWISE`), computed in fp32 inside kernels;
+- ``reduce``  ``sum`` / ``amax`` / ``amin`` over ``attrs["dims"]`` with ``attrs["keepdim"]``;
+- ``gemm``    ``mm`` / ``bmm`` / ``linear`` / ``addmm`` / ``matmul``;
+- ``view``    a metadata-only ATen op (view, permute, unsqueeze...) run by PyTorch between kernels;
+- ``opaque``  any other ATen op, left to PyTorch (convolutions, pooling...); ``op`` = the overload name;
+- ``getitem`` element ``attrs["index"]`` of a tuple-valued opaque node.
+Arguments are :class:`Ref` (another node), :class:`Sym` (a size read at run time) or constants.
+High-level ops (softmax, layer_norm...) arrive already expanded into ``pw``/``reduce`` nodes that
+share an ``origin`` tag (``"softmax:<node>"``), which the GEMM + row-reduction fusion looks for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Ref", "Sym", "Node", "Graph", "POINTWISE", "FLOAT_DTYPES"]
+
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+
+# pointwise ops the expression emitter knows (see ``pointwise.py``); arity is checked there
+POINTWISE = frozenset({
+    "add", "sub", "mul", "div", "neg", "abs", "exp", "exp2", "log", "log2", "log1p", "sqrt", "rsqrt",
+    "reciprocal", "pow", "relu", "gelu", "silu", "sigmoid", "tanh", "softplus", "mish", "elu", "selu",
+    "leaky_relu", "hardtanh", "clamp", "hardsigmoid", "hardswish", "maximum", "minimum", "where",
+    "erf", "sin", "cos", "floor", "ceil", "sign", "cast", "identity", "eq", "ne", "lt", "le", "gt",
+    "ge", "logical_not", "logical_and", "logical_or", "square",
+})
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A reference to the value of another node."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Sym:
+    """An integer read at run time: ``prod(node.shape[d] for d in dims)`` (a size that changes with
+    the problem's size constants, found by capturing at two sizes)."""
+
+    name: str
+    dims: tuple[int, ...]
+
+
+@dataclass
+class Node:
+    name: str
+    kind: str
+    op: str
+    args: tuple = ()
+    attrs: dict = field(default_factory=dict)
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    origin: str = ""
+
+    def refs(self) -> list[str]:
+        out: list[str] = []
+
+        def walk(a: Any) -> None:
+            if isinstance(a, (Ref, Sym)):
+                out.append(a.name)
+            elif isinstance(a, (list, tuple)):
+                for x in a:
+                    walk(x)
+            elif isinstance(a, dict):
+                for x in a.values():
+                    walk(x)
+        walk(self.args)
+        walk(self.attrs.get("kwargs", {}))
+        walk(self.attrs.get("bound", {}))
+        return list(dict.fromkeys(out))
+
+
+@dataclass
+class Graph:
+    nodes: list[Node]
+    inputs: list[str]  # forward argument names, in order
+    outputs: list[Any]  # Refs (or constants), in order
+    single_output: bool = True
+    method: str = "export"  # export | make_fx
+    uncaptured: list[str] = field(default_factory=list)  # ops left to PyTorch, by name
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.reindex()
+
+    def reindex(self) -> None:
+        self.by_name = {n.name: n for n in self.nodes}
+        self.users: dict[str, list[str]] = {n.name: [] for n in self.nodes}
+        for n in self.nodes:
+            for r in n.refs():
+                self.users[r].append(n.name)
+        self.position = {n.name: i for i, n in enumerate(self.nodes)}
+
+    def node(self, name: str) -> Node:
+        return self.by_name[name]
+
+    def output_names(self) -> set[str]:
+        return {o.name for o in self.outputs if isinstance(o, Ref)}
+
+    def dump(self) -> str:
+        lines = []
+        for n in self.nodes:
+            args = ", ".join(_fmt(a) for a in n.args)
+            lines.append(f"{n.name:<20} {n.kind:<7} {n.op:<22} ({args}) {n.attrs or ''} -> {n.shape} {n.dtype}")
+        lines.append(f"return {[_fmt(o) for o in self.outputs]}")
+        return "\n".join(lines)
+
+
+def _fmt(a: Any) -> str:
+    if isinstance(a, Ref):
+        return "%" + a.name
+    if isinstance(a, Sym):
+        return f"%{a.name}.size{list(a.dims)}"
+    if isinstance(a, (list, tuple)):
+        return "[" + ", ".join(_fmt(x) for x in a) + "]"
+    return repr(a)

@@ -1,0 +1,518 @@
+"""Triton code for ``pointwise`` and ``rows`` groups (see ``partition.py``).
+
+Indexing. The launcher aligns every operand to the group's domain shape D (rank nd; size-1 where it
+broadcasts), then ``_kl_canon`` (emitted once per file) orders D as (kept dims, reduced dims), drops
+size-1 dims and merges neighbours whose strides agree for *every* operand, giving at most 3 kept and
+2 reduced dimensions with per-operand strides. A kernel decomposes its flat row index into (o0, o1,
+o2) and its column index into (q0, q1) and dots them with the strides; an operand that is plainly
+contiguous (``FULL_<k>``, a constexpr) uses the flat index instead, so the common case does no
+integer division. All of this happens per call, so one candidate runs at any problem size.
+
+Rows: ``one_pass`` keeps a [BLOCK_ROWS, BLOCK_R >= R] tile in registers and reduces along axis 1;
+``multi_pass`` loops over R in chunks, one loop per reduction level (softmax: max, then sum, then
+the normalised store), recomputing the pointwise prologue from memory rather than keeping it. The
+launcher picks per call (``mode``: auto | one_pass | multi_pass) from R and ``MAX_R``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .ir import Graph, Node, Ref
+from .partition import Group
+from .pointwise import BOOL_OPS, emit_pw, literal
+
+__all__ = ["loop_kernel", "LoopSource", "RUNTIME_HELPERS"]
+
+RUNTIME_HELPERS = '''
+def _kl_align(t, lead, insert):
+    """View ``t`` with ``lead`` leading size-1 dims, then size-1 dims inserted at ``insert``."""
+    if not isinstance(t, torch.Tensor):
+        t = torch.tensor(t)
+    for _ in range(lead):
+        t = t.unsqueeze(0)
+    for d in insert:
+        t = t.unsqueeze(d)
+    return t
+
+
+def _kl_canon(shape, red, ts, kinds):
+    """Collapse the domain ``shape`` into 3 kept + 2 reduced dims with per-tensor strides.
+    Returns (sizes[5], strides per tensor [5], FULL flags) or None when it needs more dims."""
+    nd = len(shape)
+    order = [d for d in range(nd) if d not in red] + list(red)
+    nk = nd - len(red)
+    st = [[t.stride(d) if t.shape[d] != 1 else 0 for d in order] for t in ts]
+    sz = [shape[d] for d in order]
+
+    def runs(lo, hi):
+        out = []  # [size, [stride per tensor]]
+        for i in range(lo, hi):
+            if sz[i] == 1:
+                continue
+            if out and all(s[i] * sz[i] == o for s, o in zip(st, out[-1][1])):
+                out[-1] = [out[-1][0] * sz[i], [s[i] for s in st]]
+            else:
+                out.append([sz[i], [s[i] for s in st]])
+        return out
+
+    kept, reduced = runs(0, nk), runs(nk, nd)
+    if len(kept) > 3 or len(reduced) > 2:
+        return None
+    zero = [0] * len(ts)
+    kept = [[1, zero]] * (3 - len(kept)) + kept
+    reduced = [[1, zero]] * (2 - len(reduced)) + reduced
+    dims = kept + reduced
+    sizes = [d[0] for d in dims]
+    strides = [[d[1][k] for d in dims] for k in range(len(ts))]
+    rows, r = sizes[0] * sizes[1] * sizes[2], sizes[3] * sizes[4]
+    cont = [sizes[1] * sizes[2] * r, sizes[2] * r, r, sizes[4], 1]
+    full = []
+    for k, s in enumerate(strides):
+        want = cont if kinds[k] == "full" else [sizes[1] * sizes[2], sizes[2], 1, 0, 0]
+        full.append(all(sizes[i] == 1 or s[i] == want[i] for i in range(5)))
+    return sizes, strides, full, rows, r
+
+
+def _kl_canon_or_copy(shape, red, ts, kinds, n_in):
+    """``_kl_canon``; when the layout needs too many dims, copy the broadcast inputs dense first."""
+    c = _kl_canon(shape, red, ts, kinds)
+    if c is None:
+        ts = list(ts)
+        for k in range(n_in):
+            want = shape if kinds[k] == "full" else tuple(1 if d in red else s for d, s in enumerate(shape))
+            ts[k] = ts[k].expand(want).contiguous()
+        c = _kl_canon(shape, red, ts, kinds)
+    return ts, c
+'''
+
+
+@dataclass
+class LoopSource:
+    name: str
+    source: str  # kernels + launcher
+    config: dict
+    space: dict
+    inputs: list[str]  # graph values passed to the launcher, in order
+    outputs: list[str]  # graph values returned, in order
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Operand:
+    value: str  # graph value name
+    lead: int
+    insert: tuple[int, ...]
+    kind: str  # full | row
+    is_output: bool = False
+
+    @property
+    def key(self) -> tuple:
+        return (self.value, self.lead, self.insert)
+
+
+_TL_DTYPE = {"float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16"}
+
+
+def _rank(graph: Graph, name: str) -> int:
+    shape = graph.node(name).shape
+    return len(shape) if shape is not None else 0
+
+
+class _Gen:
+    def __init__(self, graph: Graph, grp: Group, options: dict):
+        self.g, self.grp, self.opt = graph, grp, options
+        self.rows = grp.kind == "rows"
+        self.nd = len(grp.domain)
+        self.red = tuple(grp.red_dims)
+        self.members = set(grp.nodes)
+        self.kind = {n: self.value_kind(n) for n in grp.nodes}
+        self.operands: list[_Operand] = []
+        self.ext_inputs: list[str] = []  # launcher arguments (unique graph values)
+        self.name = grp.id
+
+    def value_kind(self, name: str) -> str:
+        if not self.rows:
+            return "full"
+        shape = self.g.node(name).shape
+        return "full" if shape == tuple(self.grp.domain) else "row"
+
+    def value_kind_of_shape(self, shape: tuple[int, ...]) -> str:
+        return "full" if not self.rows or tuple(shape) == tuple(self.grp.domain) else "row"
+
+    def align(self, consumer: Node, value: str) -> tuple[int, tuple[int, ...]]:
+        """How an outside value read by ``consumer`` lines up with the domain."""
+        cshape = consumer.shape
+        if consumer.kind == "reduce":  # a reduction reads its input over the whole domain
+            cshape = tuple(self.grp.domain) if self.g.node(value).shape is not None and \
+                self.value_kind_of_shape(self.g.node(value).shape) == "full" else cshape
+        lead = len(cshape) - _rank(self.g, value)
+        insert: tuple[int, ...] = ()
+        if self.rows and len(cshape) == self.nd - len(self.red):
+            insert = self.red
+        return max(lead, 0), insert
+
+    def operand(self, value: str, lead: int, insert: tuple[int, ...], kind: str, out: bool = False) -> int:
+        op = _Operand(value, lead, insert, kind, out)
+        for i, o in enumerate(self.operands):
+            if o.key == op.key and o.is_output == out:
+                return i
+        self.operands.append(op)
+        if not out and value not in self.ext_inputs:
+            self.ext_inputs.append(value)
+        return len(self.operands) - 1
+
+    # -- collecting operands ----------------------------------------------------------------------
+    def collect(self) -> None:
+        for name in self.grp.nodes:
+            node = self.g.node(name)
+            for a in node.args:
+                if isinstance(a, Ref) and a.name not in self.members:
+                    lead, insert = self.align(node, a.name)
+                    kind = self.kind[name] if node.kind == "pw" else "full"
+                    if node.kind == "reduce" and self.kind.get(name) == "row" and \
+                            self.g.node(a.name).shape != tuple(self.grp.domain):
+                        kind = "row"
+                    self.operand(a.name, lead, insert, kind)
+        for name in self.grp.outputs:
+            node = self.g.node(name)
+            kind = self.kind[name]
+            insert = self.red if (kind == "row" and len(node.shape) == self.nd - len(self.red)) else ()
+            self.operand(name, 0, insert, kind, out=True)
+
+    # -- kernel text ------------------------------------------------------------------------------
+    def params(self) -> list[str]:
+        ps = [f"t{k}" for k in range(len(self.operands))]
+        ps += ["S0", "S1", "S2", "R0", "R1", "NROWS", "R"]
+        for k in range(len(self.operands)):
+            ps += [f"s{k}_{j}" for j in range(5)]
+        ps += ["BLOCK_ROWS: tl.constexpr", "BLOCK_R: tl.constexpr", "BIG: tl.constexpr"]
+        ps += [f"FULL{k}: tl.constexpr" for k in range(len(self.operands))]
+        return ps
+
+    def header(self) -> list[str]:
+        lines = ["    pid = tl.program_id(0)", "    rows = pid * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)",
+                 "    if BIG:", "        rows = rows.to(tl.int64)", "    rmask = rows < NROWS",
+                 "    o2 = rows % S2", "    o1 = (rows // S2) % S1", "    o0 = rows // (S2 * S1)"]
+        return lines
+
+    def row_offset(self, k: int) -> list[str]:
+        return [f"    if FULL{k}:", f"        a{k} = rows", "    else:",
+                f"        a{k} = o0 * s{k}_0 + o1 * s{k}_1 + o2 * s{k}_2"]
+
+    def col_lines(self, start: str) -> list[str]:
+        return [f"r = {start}tl.arange(0, BLOCK_R)", "cmask = r < R", "q1 = r % R1", "q0 = r // R1",
+                "mask = rmask[:, None] & cmask[None, :]"]
+
+    def full_offset(self, k: int) -> list[str]:
+        return [f"if FULL{k}:", f"    f{k} = a{k}[:, None] * R + r[None, :]", "else:",
+                f"    f{k} = a{k}[:, None] + (q0 * s{k}_3 + q1 * s{k}_4)[None, :]"]
+
+    def load(self, k: int) -> list[str]:
+        op = self.operands[k]
+        dt = self.g.node(op.value).dtype
+        cast = "" if dt == "bool" else ".to(tl.float32)"
+        other = "0" if dt == "bool" else "0.0"
+        if op.kind == "full":
+            return self.full_offset(k) + [f"x{k} = tl.load(t{k} + f{k}, mask=mask, other={other}){cast}"]
+        return [f"x{k} = tl.load(t{k} + a{k}[:, None], mask=rmask[:, None], other={other}){cast}"]
+
+    def expr(self, node: Node, env: dict[str, str]) -> str:
+        args, raw = [], []
+        for a in node.args:
+            raw.append(a)
+            if isinstance(a, Ref):
+                args.append(env[a.name] if a.name in self.members else env[("in", self.align_key(node, a.name))])
+            elif a is None:
+                args.append("None")
+            else:
+                args.append(literal(a))
+        return emit_pw(node.op, args, node.attrs, raw)
+
+    def align_key(self, node: Node, value: str) -> int:
+        lead, insert = self.align(node, value)
+        for i, o in enumerate(self.operands):
+            if o.key == (value, lead, insert) and not o.is_output:
+                return i
+        raise KeyError(value)
+
+    def needed_full(self, targets: list[str], avail: set[str]) -> list[str]:
+        """Group nodes (full shape, not yet available) needed to compute ``targets``, topo order."""
+        need: set[str] = set()
+
+        def visit(n: str) -> None:
+            if n in need or n in avail or n not in self.members:
+                return
+            need.add(n)
+            node = self.g.node(n)
+            if node.kind == "reduce" and self.kind[n] == "row" and n not in targets:
+                return
+            for r in node.refs():
+                visit(r)
+        for t in targets:
+            visit(t)
+        return [n for n in self.grp.nodes if n in need]
+
+    def emit_nodes(self, names: list[str], env: dict[str, str], in_loop: bool, loaded: set[int],
+                   accs: dict[str, str] | None = None) -> list[str]:
+        lines: list[str] = []
+        for name in names:
+            node = self.g.node(name)
+            for a in node.args:
+                if isinstance(a, Ref) and a.name not in self.members:
+                    k = self.align_key(node, a.name)
+                    if k not in loaded and (self.operands[k].kind == "full" or not self.rows):
+                        lines += self.load(k) if self.rows else self.flat_load(k)
+                        loaded.add(k)
+                    env[("in", k)] = f"x{k}"
+            var = f"v_{name}"
+            if node.kind == "pw":
+                lines.append(f"{var} = {self.expr(node, env)}")
+            elif node.kind == "reduce":
+                src = node.args[0].name
+                if self.kind.get(src, "full") == "row" and self.g.node(src).shape != tuple(self.grp.domain):
+                    lines.append(f"{var} = {env[src] if src in self.members else env[('in', self.align_key(node, src))]}")
+                elif accs is not None:
+                    acc = accs[name]
+                    x = env[src] if src in self.members else env[("in", self.align_key(node, src))]
+                    if node.op in ("sum", "mean"):
+                        lines.append(f"{acc} += tl.where(mask, {x}, 0.0)")
+                    elif node.op == "amax":
+                        lines.append(f"{acc} = tl.maximum({acc}, tl.where(mask, {x}, float(\"-inf\")))")
+                    else:
+                        lines.append(f"{acc} = tl.minimum({acc}, tl.where(mask, {x}, float(\"inf\")))")
+                    continue
+                else:
+                    x = env[src] if src in self.members else env[("in", self.align_key(node, src))]
+                    lines.append(f"{var} = {self.reduce_expr(node, x)}")
+            env[name] = var
+        return lines
+
+    def reduce_expr(self, node: Node, x: str) -> str:
+        if node.op in ("sum", "mean"):
+            e = f"tl.sum(tl.where(mask, {x}, 0.0), axis=1)[:, None]"
+        elif node.op == "amax":
+            e = f'tl.max(tl.where(mask, {x}, float("-inf")), axis=1)[:, None]'
+        else:
+            e = f'tl.min(tl.where(mask, {x}, float("inf")), axis=1)[:, None]'
+        return self.finish_mean(node, e)
+
+    def finish_mean(self, node: Node, e: str) -> str:
+        if node.op != "mean":
+            return e
+        corr = node.attrs.get("correction")
+        return f"{e} / (R - {literal(corr)})" if corr else f"{e} / R"
+
+    def store(self, k: int, env: dict[str, str]) -> list[str]:
+        op = self.operands[k]
+        val = env[op.value]
+        dt = _TL_DTYPE.get(self.g.node(op.value).dtype, "tl.float32")
+        if self.g.node(op.value).dtype == "bool":
+            dt = "tl.int1"
+        if op.kind == "full":
+            return self.full_offset(k) + [f"tl.store(t{k} + f{k}, ({val}).to({dt}), mask=mask)"]
+        return [f"tl.store(t{k} + a{k}[:, None], ({val}).to({dt}), mask=rmask[:, None])"]
+
+    # -- rows kernels -----------------------------------------------------------------------------
+    def one_pass(self) -> str:
+        env: dict[str, str] = {}
+        body = self.header()
+        for k in range(len(self.operands)):
+            body += self.row_offset(k)
+        inner = self.col_lines("")
+        loaded: set[int] = set()
+        for k, op in enumerate(self.operands):  # per-row operands: one load per row
+            if op.kind == "row" and not op.is_output:
+                inner += self.load(k)
+                loaded.add(k)
+        inner += self.emit_nodes(list(self.grp.nodes), env, False, loaded)
+        for k, op in enumerate(self.operands):
+            if op.is_output:
+                inner += self.store(k, env)
+        body += ["    " + ln for ln in inner]
+        return self.kernel_def(f"k_{self.name}_one", body)
+
+    def multi_pass(self) -> str:
+        dom = tuple(self.grp.domain)
+        reds = [n for n in self.grp.nodes if self.g.node(n).kind == "reduce"
+                and self.g.node(self.g.node(n).args[0].name).shape == dom]
+        levels: dict[str, int] = {}
+        for name in self.grp.nodes:
+            node = self.g.node(name)
+            lv = max((levels.get(r, 0) for r in node.refs() if r in self.members), default=0)
+            levels[name] = lv + (name in reds)
+        depth = max((levels[n] for n in reds), default=0)
+        env: dict[str, str] = {}
+        avail: set[str] = set()
+        body = self.header()
+        for k in range(len(self.operands)):
+            body += self.row_offset(k)
+        loaded_rows: set[int] = set()
+        for k, op in enumerate(self.operands):
+            if op.kind == "row" and not op.is_output:
+                body += ["    " + ln for ln in self.load(k)]
+                loaded_rows.add(k)
+                env[("in", k)] = f"x{k}"
+        for lv in range(1, depth + 1):
+            targets = [n for n in reds if levels[n] == lv]
+            accs = {n: f"acc_{n}" for n in targets}
+            for n in targets:
+                init = "0.0" if self.g.node(n).op in ("sum", "mean") else (
+                    'float("-inf")' if self.g.node(n).op == "amax" else 'float("inf")')
+                body.append(f"    acc_{n} = tl.full([BLOCK_ROWS, BLOCK_R], {init}, tl.float32)")
+            need = [n for n in self.needed_full(targets, avail) if n not in targets] + targets
+            loop = self.col_lines("start + ")
+            loop += self.emit_nodes(need, dict(env), True, set(loaded_rows), accs)
+            body += ["    for start in range(0, R, BLOCK_R):"] + ["        " + ln for ln in loop]
+            for n in targets:
+                fn = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[self.g.node(n).op]
+                body.append(f"    v_{n} = {self.finish_mean(self.g.node(n), f'{fn}(acc_{n}, axis=1)[:, None]')}")
+                env[n] = f"v_{n}"
+                avail.add(n)
+            # per-row values that are now computable
+            for n in self.grp.nodes:
+                if n in avail or n in reds or self.kind[n] != "row" or levels[n] > lv:
+                    continue
+                if all(r in avail for r in self.g.node(n).refs() if r in self.members):
+                    body += ["    " + ln for ln in self.emit_nodes([n], env, False, loaded_rows)]
+                    avail.add(n)
+        # stores: per-row outputs after the passes, full outputs in one more loop
+        for k, op in enumerate(self.operands):
+            if op.is_output and op.kind == "row":
+                body += ["    " + ln for ln in self.store(k, env)]
+        full_outs = [k for k, op in enumerate(self.operands) if op.is_output and op.kind == "full"]
+        if full_outs:
+            loop = self.col_lines("start + ")
+            lenv = dict(env)
+            targets = [self.operands[k].value for k in full_outs]
+            loop += self.emit_nodes(self.needed_full(targets, avail), lenv, True, set(loaded_rows))
+            for k in full_outs:
+                loop += self.store(k, lenv)
+            body += ["    for start in range(0, R, BLOCK_R):"] + ["        " + ln for ln in loop]
+        return self.kernel_def(f"k_{self.name}_loop", body)
+
+    # -- pointwise kernel -------------------------------------------------------------------------
+    def flat_load(self, k: int) -> list[str]:
+        op = self.operands[k]
+        dt = self.g.node(op.value).dtype
+        cast = "" if dt == "bool" else ".to(tl.float32)"
+        other = "0" if dt == "bool" else "0.0"
+        return [f"x{k} = tl.load(t{k} + f{k}, mask=mask, other={other}){cast}"]
+
+    def flat(self) -> str:
+        body = ["    pid = tl.program_id(0)", "    idx = pid * BLOCK_R + tl.arange(0, BLOCK_R)",
+                "    if BIG:", "        idx = idx.to(tl.int64)", "    mask = idx < NROWS",
+                "    i2 = idx % S2", "    i1 = (idx // S2) % S1", "    i0 = idx // (S2 * S1)"]
+        for k in range(len(self.operands)):
+            body += [f"    if FULL{k}:", f"        f{k} = idx", "    else:",
+                     f"        f{k} = i0 * s{k}_0 + i1 * s{k}_1 + i2 * s{k}_2"]
+        env: dict[str, str] = {}
+        inner = self.emit_nodes(list(self.grp.nodes), env, False, set())
+        for k, op in enumerate(self.operands):
+            if op.is_output:
+                dt = _TL_DTYPE.get(self.g.node(op.value).dtype, "tl.int1")
+                inner.append(f"tl.store(t{k} + f{k}, ({env[op.value]}).to({dt}), mask=mask)")
+        body += ["    " + ln for ln in inner]
+        return self.kernel_def(f"k_{self.name}", body)
+
+    def kernel_def(self, name: str, body: list[str]) -> str:
+        ops = ", ".join(f"t{k}={'out ' if o.is_output else ''}{o.value}" for k, o in enumerate(self.operands))
+        head = ["@triton.jit", f"def {name}(", *[f"    {p}," for p in self.params()], "):",
+                f"    # operands: {ops}"]
+        return "\n".join(head + body) + "\n"
+
+    # -- launcher ---------------------------------------------------------------------------------
+    def launcher(self) -> str:
+        args = [f"in_{v}" for v in self.ext_inputs]
+        L = [f"def launch_{self.name}({', '.join(args)}):", f"    cfg = CONFIG[{self.name!r}]"]
+        first = args[0] if args else None
+        ins = [k for k, o in enumerate(self.operands) if not o.is_output]
+        L.append("    ts = [")
+        for k in ins:
+            o = self.operands[k]
+            L.append(f"        _kl_align(in_{o.value}, {o.lead}, {o.insert!r}),")
+        L.append("    ]")
+        L.append("    shape = tuple(torch.broadcast_shapes(*[t.shape for t in ts]))")
+        L.append(f"    dev = next((t.device for t in ts if t.dim()), {first}.device)" if first else "    dev = None")
+        red = self.red
+        outs = []
+        for k, o in enumerate(self.operands):
+            if not o.is_output:
+                continue
+            node = self.g.node(o.value)
+            dt = f"torch.{node.dtype}"
+            if o.kind == "full":
+                L.append(f"    out_{o.value} = torch.empty(shape, device=dev, dtype={dt})")
+                L.append(f"    ts.append(out_{o.value})")
+            else:
+                keep = len(node.shape) == self.nd
+                L.append(f"    rshape = tuple(1 if d in {red!r} else s for d, s in enumerate(shape))")
+                if keep:
+                    L.append(f"    out_{o.value} = torch.empty(rshape, device=dev, dtype={dt})")
+                    L.append(f"    ts.append(out_{o.value})")
+                else:
+                    L.append(f"    out_{o.value} = torch.empty(tuple(s for d, s in enumerate(shape) if d not in {red!r}), device=dev, dtype={dt})")
+                    L.append(f"    ts.append(_kl_align(out_{o.value}, 0, {red!r}))")
+            outs.append(f"out_{o.value}")
+        kinds = [o.kind for o in self.operands]
+        L.append(f"    ts, (sizes, strides, full, nrows, r) = _kl_canon_or_copy(shape, {red!r}, ts, {kinds!r}, {len(ins)})")
+        ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"
+        L.append(f"    if nrows * r == 0:\n        return {ret}")
+        L.append("    big = nrows * r * 4 >= 2**31")
+        L.append("    flat = [s for st in strides for s in st]")
+        fulls = ", ".join(f"FULL{k}=full[{k}]" for k in range(len(self.operands)))
+        if not self.rows:
+            L += ["    n = nrows * r",
+                  '    block = int(cfg["BLOCK"])',
+                  '    warps = int(cfg["num_warps"])',
+                  "    grid = (triton.cdiv(n, block),)",
+                  f"    k_{self.name}[grid](*ts, *sizes, n, 1, *flat, BLOCK_ROWS=1, BLOCK_R=block, BIG=big, "
+                  f"{fulls}, num_warps=warps)"]
+        else:
+            L += ["    block_r = triton.next_power_of_2(r)",
+                  '    mode = cfg["mode"]',
+                  '    if mode == "one_pass" or (mode == "auto" and block_r <= int(cfg["MAX_R"])):',
+                  '        block_rows = max(1, min(int(cfg["TILE"]) // block_r, triton.next_power_of_2(nrows)))',
+                  "        kern = k_" + self.name + "_one",
+                  "    else:",
+                  '        block_r = min(block_r, int(cfg["BLOCK_R"]))',
+                  '        block_rows = max(1, min(int(cfg["TILE"]) // block_r, triton.next_power_of_2(nrows), 16))',
+                  "        kern = k_" + self.name + "_loop",
+                  '    warps = int(cfg["num_warps"]) or max(1, min(16, block_rows * block_r // 256))',
+                  "    grid = (triton.cdiv(nrows, block_rows),)",
+                  f"    kern[grid](*ts, *sizes, nrows, r, *flat, BLOCK_ROWS=block_rows, BLOCK_R=block_r, BIG=big, "
+                  f"{fulls}, num_warps=warps)"]
+        L.append(f"    return {ret}")
+        return "\n".join(L) + "\n"
+
+
+def loop_kernel(graph: Graph, grp: Group, options: dict | None = None) -> LoopSource:
+    """Kernel(s) and launcher for one pointwise or rows group."""
+    options = options or {}
+    gen = _Gen(graph, grp, options)
+    gen.collect()
+    if grp.kind == "pointwise":
+        kernels = [gen.flat()]
+        block = int(options.get("BLOCK", 1024))
+        config = {"BLOCK": block, "num_warps": int(options.get("num_warps", 4))}
+        space = {"BLOCK": [256, 512, 1024, 2048, 4096], "num_warps": [2, 4, 8]}
+    else:
+        mode = options.get("mode", "auto")
+        kernels = []
+        if mode in ("auto", "one_pass"):
+            kernels.append(gen.one_pass())
+        if mode in ("auto", "multi_pass"):
+            kernels.append(gen.multi_pass())
+        if mode == "one_pass":
+            kernels.append(gen.multi_pass())  # the launcher still needs it when R is beyond one tile
+            mode = "auto"
+        config = {"mode": mode, "MAX_R": int(options.get("MAX_R", 8192)), "TILE": int(options.get("TILE", 4096)),
+                  "BLOCK_R": int(options.get("BLOCK_R", 2048)), "num_warps": int(options.get("num_warps", 0))}
+        space = {"MAX_R": [1024, 4096, 8192, 16384], "TILE": [1024, 2048, 4096, 8192],
+                 "BLOCK_R": [512, 1024, 2048, 4096], "num_warps": [0, 2, 4, 8, 16]}
+    src = "\n\n".join(kernels) + "\n\n" + gen.launcher()
+    return LoopSource(grp.id, src, config, space, list(gen.ext_inputs), [o.value for o in gen.operands if o.is_output])
+
+
+_ = (Any, BOOL_OPS)

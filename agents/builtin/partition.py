@@ -1,0 +1,380 @@
+"""Partition the IR graph into fusion groups, greedily in topological order.
+
+Group kinds:
+- ``pointwise``  pw nodes of one shape: one flat kernel;
+- ``rows``       reductions over the same dims of one *domain* shape, with the pw nodes before them
+                 (prologue, full shape) and after them (epilogue, full or reduced shape): one kernel
+                 that keeps a tile of rows and reduces along its columns;
+- ``gemm``       one GEMM, its pw epilogue chain (bias, scale, activation, residual: operands that
+                 broadcast as a row, a column, a matrix or a scalar) and optionally a row reduction
+                 over N recognised from the ``origin`` tags of the expanded softmax / log_softmax /
+                 logsumexp / layer_norm / sum / max, then a row epilogue;
+- ``torch``      one view / opaque / getitem node, or a node an action sent back to PyTorch.
+
+A node may join a group only if every value it reads from outside the group is ready before the
+group's first node: groups then run in the order of their first nodes and no cycle can form.
+Options (``Options``) come from the replayed actions: ``cuts`` (nodes that must start a new group),
+``torch_nodes`` (nodes run by PyTorch), ``no_row_fusion`` (GEMM groups that keep their row
+reduction out) and ``library_gemm`` (GEMMs run by cuBLAS, their epilogue then a pointwise group).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .ir import Graph, Node, Ref
+
+__all__ = ["Group", "Options", "partition", "reduce_runs_ok", "ROW_BLOCKS"]
+
+# origin op -> the template's row_reduction name (GEMM + row reduction fusion)
+ROW_BLOCKS = {"softmax": "softmax", "_softmax": "softmax", "log_softmax": "log_softmax",
+              "_log_softmax": "log_softmax", "logsumexp": "logsumexp", "layer_norm": "layernorm",
+              "sum": "sum", "amax": "max", "max": "max"}
+
+
+@dataclass(frozen=True)
+class Options:
+    cuts: frozenset[str] = frozenset()
+    torch_nodes: frozenset[str] = frozenset()
+    no_row_fusion: frozenset[str] = frozenset()
+    library_gemm: frozenset[str] = frozenset()
+
+
+@dataclass
+class Group:
+    id: str
+    kind: str  # pointwise | rows | gemm | torch
+    nodes: list[str]
+    domain: tuple[int, ...] | None = None
+    red_dims: tuple[int, ...] = ()
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    # gemm groups
+    gemm: str | None = None
+    epilogue: list[str] = field(default_factory=list)
+    row_block: list[str] = field(default_factory=list)
+    row_reduction: str | None = None
+    row_epilogue: list[str] = field(default_factory=list)
+    operand_kinds: dict[str, str] = field(default_factory=dict)
+    closed: bool = False
+
+    @property
+    def tail(self) -> str:
+        return self.nodes[-1]
+
+    def describe(self, graph: Graph) -> str:
+        if self.kind == "torch":
+            return f"{self.id}: PyTorch {graph.node(self.nodes[0]).op}"
+        ops = [graph.node(n).op for n in self.nodes]
+        extra = f" + row {self.row_reduction}" if self.row_reduction else ""
+        return f"{self.id}: {self.kind}{extra} [{', '.join(ops)}]"
+
+
+def reduce_runs_ok(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
+    """The row kernel indexes at most 3 runs of kept dims and 2 runs of reduced dims."""
+    red_runs = keep_runs = 0
+    prev = None
+    for i in range(len(shape)):
+        r = i in dims
+        if r != prev:
+            red_runs += r
+            keep_runs += not r
+        prev = r
+    return red_runs <= 2 and keep_runs <= 3 and bool(dims)
+
+
+def _reduced(shape: tuple[int, ...], dims: tuple[int, ...], keepdim: bool) -> tuple[int, ...]:
+    if keepdim:
+        return tuple(1 if i in dims else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in dims)
+
+
+class _Partitioner:
+    def __init__(self, graph: Graph, options: Options):
+        self.g, self.o = graph, options
+        self.groups: list[Group] = []
+        self.group_of: dict[str, Group] = {}
+        self.start: dict[str, int] = {}  # group id -> position of its first node
+        self.outputs = graph.output_names()
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def new(self, kind: str, node: Node, **kw) -> Group:
+        grp = Group(id=f"g_{node.name}", kind=kind, nodes=[node.name], **kw)
+        self.groups.append(grp)
+        self.group_of[node.name] = grp
+        self.start[grp.id] = self.g.position[node.name]
+        return grp
+
+    def add(self, grp: Group, node: Node) -> None:
+        grp.nodes.append(node.name)
+        self.group_of[node.name] = grp
+
+    def ready_before(self, grp: Group, node: Node) -> bool:
+        for r in node.refs():
+            if self.group_of.get(r) is grp:
+                continue
+            if self.g.position[r] >= self.start[grp.id]:
+                return False
+        return True
+
+    def only_user(self, name: str, user: str) -> bool:
+        return self.g.users[name] == [user] and name not in self.outputs
+
+    # -- rules ------------------------------------------------------------------------------------
+    def row_kind(self, grp: Group, shape: tuple[int, ...]) -> str | None:
+        if shape == grp.domain:
+            return "full"
+        if shape in (_reduced(grp.domain, grp.red_dims, True), _reduced(grp.domain, grp.red_dims, False)):
+            return "row"
+        return None
+
+    def try_join(self, grp: Group, n: Node) -> bool:
+        if grp.closed or not self.ready_before(grp, n):
+            return False
+        if grp.kind == "pointwise":
+            if n.kind == "pw" and n.shape == grp.domain:
+                self.add(grp, n)
+                return True
+            if n.kind == "reduce" and self.g.node(n.args[0].name).shape == grp.domain \
+                    and reduce_runs_ok(grp.domain, n.attrs["dims"]):
+                grp.kind, grp.red_dims = "rows", tuple(n.attrs["dims"])
+                self.add(grp, n)
+                return True
+            return False
+        if grp.kind == "rows":
+            if n.kind == "reduce":
+                src = self.g.node(n.args[0].name)
+                if tuple(n.attrs["dims"]) == grp.red_dims and src.shape == grp.domain:
+                    self.add(grp, n)
+                    return True
+                # a sum over the size-1 dims of a row value is a squeeze (logsumexp without keepdim)
+                if self.group_of.get(src.name) is grp and self.row_kind(grp, src.shape) == "row" \
+                        and tuple(n.attrs["dims"]) == grp.red_dims and n.op == "sum" \
+                        and self.row_kind(grp, n.shape) == "row":
+                    self.add(grp, n)
+                    return True
+                return False
+            if n.kind == "pw":
+                kind = self.row_kind(grp, n.shape)
+                if kind is None:
+                    return False
+                if kind == "row":  # a per-row value cannot read a full-shape group value
+                    for r in n.refs():
+                        if self.group_of.get(r) is grp and self.row_kind(grp, self.g.node(r).shape) != "row":
+                            return False
+                self.add(grp, n)
+                return True
+            return False
+        if grp.kind == "gemm":
+            return self.join_gemm(grp, n)
+        return False
+
+    def operand_kind(self, grp: Group, name: str, vector: bool) -> str | None:
+        """How an outside value broadcasts over the GEMM output [..., M, N] (None: it does not)."""
+        node = self.g.node(name)
+        shape = node.shape
+        out = grp.domain if not vector else grp.domain[:-1]
+        if shape is None or len(shape) > len(out):
+            return None
+        s = (1,) * (len(out) - len(shape)) + tuple(shape)
+        batched = self.g.node(grp.gemm).op == "bmm"
+        lead = s[:-2] if not vector else s[:-1]
+        if vector:  # per-row values: [..., M] with M flattened from the leading dims
+            if all(d == 1 for d in s):
+                return "col"
+            return "col" if s == tuple(out) else None
+        if all(d == 1 for d in s):
+            return "row"
+        if s[-2:-1] == (1,) and all(d == 1 for d in lead):
+            return "row"
+        if batched:
+            if s == tuple(out):
+                return "matrix"
+            if s[-1] == 1 and s[:-1] == tuple(out[:-1]):
+                return "col"
+            return None
+        if s == tuple(out):
+            return "matrix"
+        if s[-1] == 1 and s[:-1] == tuple(out[:-1]):
+            return "col"
+        return None
+
+    def join_gemm(self, grp: Group, n: Node) -> bool:
+        tail = grp.tail
+        if tail not in n.refs():
+            return False
+        if n.kind == "pw" and not grp.row_reduction and self.only_user(tail, n.name):
+            if n.shape != grp.domain:
+                return False
+            kinds = {}
+            for r in n.refs():
+                if r == tail:
+                    continue
+                if self.group_of.get(r) is grp:
+                    return False
+                k = self.operand_kind(grp, r, vector=False)
+                if k is None:
+                    return False
+                kinds[r] = k
+            grp.operand_kinds.update(kinds)
+            grp.epilogue.append(n.name)
+            self.add(grp, n)
+            return True
+        if n.kind in ("pw", "reduce") and not grp.row_reduction and grp.id not in self.o.no_row_fusion:
+            return self.join_row_block(grp, n)
+        if n.kind == "pw" and grp.row_reduction and self.only_user(tail, n.name):
+            vector = grp.row_reduction in ("logsumexp", "sum", "max")
+            want = grp.domain[:-1] if vector else grp.domain
+            if n.shape not in (want, want + (1,) if vector else want):
+                return False
+            kinds = {}
+            for r in n.refs():
+                if r == tail:
+                    continue
+                if self.group_of.get(r) is grp:
+                    return False
+                k = self.operand_kind(grp, r, vector=vector)
+                if k is None:
+                    return False
+                kinds[r] = k
+            grp.operand_kinds.update(kinds)
+            grp.row_epilogue.append(n.name)
+            self.add(grp, n)
+            return True
+        return False
+
+    def join_row_block(self, grp: Group, n: Node) -> bool:
+        """Absorb a whole expanded softmax/layer_norm/... whose first node reads the GEMM tail."""
+        origin = n.origin
+        op = origin.split(":")[0] if origin else (n.op if n.kind == "reduce" else "")
+        red = ROW_BLOCKS.get(op)
+        if red is None:
+            return False
+        block = [m for m in self.g.nodes if m.origin == origin] if origin else [n]
+        if not block or block[0].name != n.name:
+            return False
+        names = {m.name for m in block}
+        if grp.tail in self.outputs or any(u not in names for u in self.g.users[grp.tail]):
+            return False
+        last = len(grp.domain) - 1
+        names = {m.name for m in block}
+        final = block[-1]
+        for m in block:
+            if m.kind == "reduce" and tuple(m.attrs["dims"]) != (last,):
+                return False
+            if m.kind not in ("pw", "reduce"):
+                return False
+            if m is not final and any(u not in names for u in self.g.users[m.name]):
+                return False
+        if final.kind == "reduce" and final.attrs.get("correction") is not None:
+            return False
+        if red == "sum" and final.op != "sum" or red == "max" and final.op != "amax":
+            return False
+        ln_ops: dict[str, str] = {}
+        if red == "layernorm":
+            ext = [r for m in block for r in m.refs() if r not in names and r != grp.tail]
+            # the affine weight and bias of layer_norm: the expansion multiplies then adds them
+            muls = [m for m in block if m.op == "mul" and any(r in ext for r in m.refs())]
+            adds = [m for m in block if m.op == "add" and any(r in ext for r in m.refs())]
+            if len(muls) > 1 or len(adds) > 1:
+                return False
+            for label, lst in (("ln_weight", muls), ("ln_bias", adds)):
+                if lst:
+                    r = next(r for r in lst[0].refs() if r in ext)
+                    if self.operand_kind(grp, r, vector=False) != "row":
+                        return False
+                    ln_ops[r] = label
+            eps_nodes = [m for m in block if m.op == "add" and isinstance(m.args[1], float)]
+            grp.__dict__["ln_eps"] = eps_nodes[0].args[1] if eps_nodes else 1e-5
+        else:
+            for m in block:
+                if any(r not in names and r != grp.tail for r in m.refs()):
+                    return False
+        if not all(self.ready_before(grp, m) for m in block):
+            return False
+        grp.__dict__["ln_operands"] = ln_ops
+        grp.row_reduction = red
+        grp.row_block = [m.name for m in block]
+        for m in block:
+            self.add(grp, m)
+        return True
+
+    # -- main -------------------------------------------------------------------------------------
+    def run(self) -> list[Group]:
+        for n in self.g.nodes:
+            if n.kind in ("input", "param"):
+                continue
+            if n.name in self.o.torch_nodes or n.kind in ("view", "opaque", "getitem"):
+                self.new("torch", n, closed=True)
+                continue
+            if n.name in self.group_of:  # absorbed with its row block
+                continue
+            if n.kind == "gemm":
+                if n.name in self.o.library_gemm:
+                    self.new("torch", n, closed=True)
+                else:
+                    self.new("gemm", n, domain=n.shape, gemm=n.name)
+                continue
+            joined = False
+            if n.name not in self.o.cuts:
+                producers = []
+                for r in n.refs():
+                    grp = self.group_of.get(r)
+                    if grp is not None and grp not in producers and grp.kind != "torch":
+                        producers.append(grp)
+                producers.sort(key=lambda grp: -self.start[grp.id])
+                # siblings: groups that already read one of n's inputs (horizontal fusion saves a read)
+                for r in n.refs():
+                    for u in self.g.users[r]:
+                        grp = self.group_of.get(u)
+                        if grp is not None and grp not in producers and grp.kind in ("pointwise", "rows") \
+                                and r not in grp.nodes:
+                            producers.append(grp)
+                for grp in producers:
+                    if self.try_join(grp, n):
+                        joined = True
+                        break
+            if joined:
+                continue
+            if n.kind == "pw":
+                self.new("pointwise", n, domain=n.shape)
+            elif n.kind == "reduce":
+                src = self.g.node(n.args[0].name)
+                if reduce_runs_ok(src.shape, tuple(n.attrs["dims"])):
+                    self.new("rows", n, domain=src.shape, red_dims=tuple(n.attrs["dims"]))
+                else:
+                    self.new("torch", n, closed=True)
+            else:
+                self.new("torch", n, closed=True)
+        self.finish()
+        return self.groups
+
+    def finish(self) -> None:
+        sym_users = {}
+        for n in self.g.nodes:
+            for r in n.refs():
+                sym_users.setdefault(r, set()).add(n.name)
+        for grp in self.groups:
+            members = set(grp.nodes)
+            ins: list[str] = []
+            outs: list[str] = []
+            for name in grp.nodes:
+                for r in self.g.node(name).refs():
+                    if r not in members and r not in ins:
+                        ins.append(r)
+                users = sym_users.get(name, set())
+                if name in self.outputs or any(u not in members for u in users):
+                    outs.append(name)
+            grp.inputs, grp.outputs = ins, outs
+            if grp.kind == "gemm" and grp.outputs != [grp.tail]:
+                raise AssertionError(f"{grp.id}: a GEMM group must have one output, its tail ({grp.outputs})")
+
+
+def partition(graph: Graph, options: Options | None = None) -> list[Group]:
+    """Fusion groups of ``graph`` in execution order."""
+    groups = _Partitioner(graph, options or Options()).run()
+    groups.sort(key=lambda grp: graph.position[grp.nodes[0]])
+    return groups
+
+
+_ = Ref
