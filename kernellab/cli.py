@@ -175,11 +175,14 @@ def eval_(problem: str, candidate_file: str, config_json: str | None, small: boo
     if config is not None and not isinstance(config, dict):
         raise UsageFailure("--config must be a JSON object")
     try:
-        from kernellab.sandbox import evaluate
+        from kernellab.sandbox import SandboxError, evaluate
     except ImportError as exc:
         raise UsageFailure(f"the sandbox is not available in this build ({exc})") from None
-    result = evaluate(prob, path.read_text(), config=config, small=small or None,
-                      device=None if device == "auto" else device, trials=trials, timing=not no_timing)
+    try:
+        result = evaluate(prob, path.read_text(), config=config, small=small or None,
+                          device=None if device == "auto" else device, trials=trials, timing=not no_timing)
+    except SandboxError as exc:  # e.g. --device cuda on a machine without one
+        raise UsageFailure(str(exc)) from None
     emit(result, as_json, views.print_eval)
     sys.exit(EXIT_OK if result["status"] == "correct" else EXIT_FAILED)
 

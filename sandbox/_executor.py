@@ -122,12 +122,15 @@ def _visible_gpus() -> list[str]:
 class _Worker:
     """Parent-side handle of one worker process."""
 
-    def __init__(self, kind: str, gpu: str | None, limits: Limits, cpu_memory_gb: float | None) -> None:
+    def __init__(self, kind: str, gpu: str | None, limits: Limits, cpu_memory_gb: float | None,
+                 gpu_fraction: float | None = None) -> None:
         self.home = tempfile.mkdtemp(prefix="kernellab-worker-")
         self.kind = kind
         extra = {"KERNELLAB_SANDBOX_DEVICE": kind}
         if kind == "cuda":
             extra["CUDA_VISIBLE_DEVICES"] = gpu or "0"
+            if gpu_fraction:
+                extra["KERNELLAB_SANDBOX_GPU_FRACTION"] = f"{gpu_fraction:.3f}"
         else:
             extra["CUDA_VISIBLE_DEVICES"] = ""
             extra["TRITON_INTERPRET"] = "1"
@@ -212,7 +215,7 @@ class LocalExecutor(Executor):
 
     def __init__(self, workers_per_gpu: int | None = None, cpu_workers: int | None = None,
                  limits: Limits | None = None, max_jobs_per_worker: int = 50,
-                 cpu_memory_gb: float | None = 8.0) -> None:
+                 cpu_memory_gb: float | None = 8.0, gpu_memory_fraction: float | None = None) -> None:
         ncpu = os.cpu_count() or 2
         self._gpus = _visible_gpus()
         self.workers_per_gpu = workers_per_gpu or max(1, min(8, ncpu // max(1, 2 * len(self._gpus or [0]))))
@@ -220,6 +223,9 @@ class LocalExecutor(Executor):
         self.limits = limits or Limits()
         self.max_jobs_per_worker = max_jobs_per_worker
         self.cpu_memory_gb = cpu_memory_gb
+        # A candidate that allocates until out of memory must not starve the candidates evaluated
+        # next to it on the same GPU: each worker may use this share of the device's memory.
+        self.gpu_memory_fraction = gpu_memory_fraction or max(0.25, 0.95 / self.workers_per_gpu)
         self._queues: dict[str, queue.Queue] = {"cuda": queue.Queue(), "cpu": queue.Queue()}
         self._threads: dict[str, list[threading.Thread]] = {"cuda": [], "cpu": []}
         self._gpu_locks = {g: threading.Lock() for g in self._gpus}
@@ -251,6 +257,20 @@ class LocalExecutor(Executor):
         self._ensure_slots(kind)
         self._queues[kind].put((job, fut))
         return fut
+
+    def start(self, device: str | None = None, timeout: float = 600.0) -> int:
+        """Start every worker of ``device``'s pool now and wait until they are ready (workers
+        otherwise start on the first job); returns how many are running."""
+        kind = "cuda" if (device or ("cuda" if self._gpus else "cpu")).startswith("cuda") else "cpu"
+        self._ensure_slots(kind)
+        n = len(self._threads[kind])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            running = sum(1 for w in list(self._workers) if w.kind == kind)
+            if running >= n:
+                return running
+            time.sleep(0.1)
+        return sum(1 for w in list(self._workers) if w.kind == kind)
 
     def shutdown(self, wait: bool = True) -> None:
         with self._lock:
@@ -296,7 +316,7 @@ class LocalExecutor(Executor):
         while True:
             if worker is None and not self._closed:
                 try:
-                    worker = _Worker(kind, gpu, self.limits, self.cpu_memory_gb)
+                    worker = _Worker(kind, gpu, self.limits, self.cpu_memory_gb, self.gpu_memory_fraction)
                     self._workers.add(worker)
                 except Exception as exc:
                     worker = None

@@ -43,6 +43,9 @@ class Worker:
         if self.device_kind == "cuda":
             torch.cuda.init()
             self.device = torch.device("cuda", 0)
+            frac = os.environ.get("KERNELLAB_SANDBOX_GPU_FRACTION")
+            if frac:
+                torch.cuda.set_per_process_memory_fraction(float(frac), self.device)
             torch.empty(1, device=self.device)  # create the context now, not in the first job
             from ._timing import L2Flush
 

@@ -95,3 +95,11 @@ def test_cli_eval_bad_config_exits_2(root):
            "experiments/candidates/gemm_bias_gelu_triton.py", "--config", "[1, 2]", "--json"]
     out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "JSON object" in out.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_cli_eval_cuda_without_cuda_exits_2(root):
+    cmd = [sys.executable, "-m", "kernellab.cli", "eval", "experiments/problems/fusions/gemm_bias_gelu.py",
+           "experiments/candidates/gemm_bias_gelu_triton.py", "--device", "cuda"]
+    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "no CUDA device" in out.stderr, out.stderr

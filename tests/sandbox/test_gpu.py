@@ -1,0 +1,80 @@
+"""GPU-only sandbox tests (marked ``gpu``; skipped without CUDA). The adversarial suite's CUDA
+candidates run from test_adversarial.py on the same host."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernellab import load_problem
+from kernellab.sandbox import EvalJob, profile
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[2]
+GEMM = ROOT / "experiments" / "problems" / "fusions" / "gemm_bias_gelu.py"
+CAND = ROOT / "experiments" / "candidates" / "gemm_bias_gelu_triton.py"
+
+
+class DictCache:
+    """The two baseline methods of the store, in memory (the GPU host may lack sqlite_utils)."""
+
+    def __init__(self) -> None:
+        self.rows: dict = {}
+
+    def get_baseline(self, key):
+        return self.rows.get(key)
+
+    def put_baseline(self, key, row):
+        self.rows[key] = dict(row)
+
+
+def test_gemm_bias_gelu_triton_full_size_on_cuda(sandbox_executor):
+    cache = DictCache()
+    p = load_problem(GEMM)
+    r = sandbox_executor.submit(EvalJob(p, CAND.read_text(), store=cache)).result()
+    assert r["status"] == "correct", r["error_text"]
+    assert r["interpreted"] is False and r["details"]["small"] is False
+    assert r["library_only"] is False and r["own_kernel_share"] > 0.9, r["details"].get("kernels")
+    assert r["p20_ms"] <= r["median_ms"] <= r["p80_ms"]
+    assert r["speedup_eager"] == pytest.approx(r["eager_ms"] / r["median_ms"])
+    assert r["compile_ms"] is not None and r["speedup_compile"] is not None
+    assert len(cache.rows) == 1  # the torch.compile baseline, measured once and cached
+    (row,) = cache.rows.values()
+    r2 = sandbox_executor.submit(EvalJob(p, CAND.read_text(), store=cache)).result()
+    assert r2["status"] == "correct" and r2["compile_ms"] == row["compile_ms"]
+
+
+def test_one_timing_per_gpu_at_a_time(sandbox_executor, problem):
+    src = (Path(__file__).parent / "adversarial" / "correct_triton.py").read_text()
+    p = problem("big_relu")
+    futures = [sandbox_executor.submit(EvalJob(p, src + f"\n# variant {i}\n", trials=2)) for i in range(4)]
+    results = [f.result() for f in futures]
+    assert all(r["status"] == "correct" for r in results), [r["error_text"] for r in results]
+    windows = sorted(tuple(r["details"]["timing_window"]) for r in results)
+    for (s0, e0), (s1, e1) in zip(windows, windows[1:]):
+        assert e0 <= s1, f"timings overlapped: {windows}"
+
+
+def test_profile_gemm_bias_gelu_with_ncu():
+    p = load_problem(GEMM)
+    rows = profile(p, CAND.read_text())
+    if not rows:
+        pytest.skip(f"no Nsight Compute metrics here: {rows.reason}")
+    names = {(k, m) for k, m, _ in rows}
+    kernels = {k for k, _ in names}
+    assert any(k.startswith("gemm_bias_gelu_kernel") for k in kernels), kernels
+    k = next(k for k in kernels if k.startswith("gemm_bias_gelu_kernel"))
+    for metric in ("duration_ns", "registers_per_thread", "achieved_occupancy_pct", "achieved_bandwidth_tbs",
+                   "achieved_fp32_tflops"):
+        assert (k, metric) in names, (metric, rows.dropped)
+
+
+def test_cli_eval_full_size_on_gpu():
+    out = subprocess.run([sys.executable, "-m", "kernellab.cli", "eval", str(GEMM), str(CAND)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "status: correct" in out.stdout and "speedup vs eager" in out.stdout
