@@ -26,9 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kernellab.sandbox import EvalJob, LocalExecutor  # noqa: E402
+
 from kernellab import Problem  # noqa: E402
 from kernellab.env import versions  # noqa: E402
-from kernellab.sandbox import EvalJob, LocalExecutor  # noqa: E402
 
 # gemm_bias_gelu at 4096 x 2048 -> 4096: about 1.3 ms in eager fp32 on an H200 (cuBLAS ~51 TFLOP/s)
 PROBLEM_SRC = (ROOT / "experiments/problems/fusions/gemm_bias_gelu.py").read_text()

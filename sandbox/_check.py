@@ -59,7 +59,7 @@ def clone_all(inputs: list) -> list:
 def modified_inputs(before: list, after: list) -> list[int]:
     """Indices of tensor inputs whose contents changed (bitwise, NaN equal to NaN)."""
     bad = []
-    for i, (a, b) in enumerate(zip(before, after)):
+    for i, (a, b) in enumerate(zip(before, after, strict=False)):
         if isinstance(a, torch.Tensor):
             if a.shape != b.shape or a.dtype != b.dtype or not torch.equal(_bits(a), _bits(b)):
                 bad.append(i)
@@ -147,7 +147,7 @@ def check_structure(ref: list[torch.Tensor], out: Any) -> tuple[str, str] | None
         return "type", f"ModelNew.forward returned {type(out).__name__}, not a tensor or a tuple of tensors"
     if len(outs) != len(ref):
         return "count", f"{len(outs)} outputs, the reference returns {len(ref)}"
-    for i, (r, o) in enumerate(zip(ref, outs)):
+    for i, (r, o) in enumerate(zip(ref, outs, strict=False)):
         if tuple(r.shape) != tuple(o.shape):
             return "shape", f"output {i} has shape {tuple(o.shape)}, the reference {tuple(r.shape)}"
         if r.dtype != o.dtype:

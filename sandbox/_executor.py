@@ -99,7 +99,7 @@ class Executor(abc.ABC):
         futures = [self.submit(j) for j in jobs]
         return [f.result() for f in futures]
 
-    def __enter__(self) -> "Executor":
+    def __enter__(self) -> Executor:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -142,11 +142,9 @@ class ForwardWatch:
             orig = cls.__dict__.get("forward")
             if orig is None:
                 continue
-            watch = self
-
-            def wrapped(self_, *a: Any, __orig=orig, **kw: Any) -> Any:
-                if watch.armed:
-                    watch.calls += 1
+            def wrapped(self_: Any, *a: Any, __orig: Any = orig, __watch: Any = self, **kw: Any) -> Any:
+                if __watch.armed:
+                    __watch.calls += 1
                 return __orig(self_, *a, **kw)
 
             self._restore.append((cls, orig))

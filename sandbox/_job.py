@@ -18,8 +18,16 @@ import torch
 
 from kernellab.problem import cast_inputs, output_tensors
 
-from ._check import (LARGE_SCALE, check_structure, clone_all, compare, distribution, modified_inputs, overlaps,
-                     transform)
+from ._check import (
+    LARGE_SCALE,
+    check_structure,
+    clone_all,
+    compare,
+    distribution,
+    modified_inputs,
+    overlaps,
+    transform,
+)
 from ._guard import ForwardWatch, StateSnapshot, _reference_classes
 from ._result import Incorrect, Rejected, classify, empty_result, format_exc, truncate
 from ._timing import side_stream_leftover, time_cpu, time_gpu
@@ -280,7 +288,7 @@ def _trials(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict, first_
             raise Rejected("inputs_modified", f"the candidate modified input(s) {changed} (trial {i})")
         atol = state["atol"] * (LARGE_SCALE if tr["dist"] == "large" else 1.0)
         info = {"trial": i, "distribution": tr["dist"], "atol": atol}
-        for k, (ref, o) in enumerate(zip(tr["ref"], outs)):
+        for k, (ref, o) in enumerate(zip(tr["ref"], outs, strict=False)):
             c = compare(ref, o, atol, state["rtol"])
             max_abs, max_rel = max(max_abs, c["max_abs_err"]), max(max_rel, c["max_rel_err"])
             r["max_abs_err"], r["max_rel_err"] = max_abs, max_rel
@@ -311,14 +319,14 @@ def _follow(w: Any, state: dict, model: Any, d: dict) -> None:
         return
     xin = clone_all(trials[0]["inputs"])
     _call(state, model, xin)
-    for x, new in zip(xin, trials[1]["inputs"]):
+    for x, new in zip(xin, trials[1]["inputs"], strict=False):
         if isinstance(x, torch.Tensor):
             x.copy_(new)
     out = output_tensors(_call(state, model, xin))
     _sync(w.device)
     _integrity(state, "after timing")
     atol = state["atol"] * (LARGE_SCALE if trials[1]["dist"] == "large" else 1.0)
-    for k, (ref, o) in enumerate(zip(trials[1]["ref"], out or [])):
+    for k, (ref, o) in enumerate(zip(trials[1]["ref"], out or [], strict=False)):
         if not compare(ref, o, atol, state["rtol"])["ok"]:
             stale = compare(trials[0]["ref"][k], o, state["atol"], state["rtol"])["ok"]
             if stale:

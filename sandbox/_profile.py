@@ -173,7 +173,7 @@ def parse_raw_csv(text: str, metrics: dict[str, str]) -> list[tuple[str, str, fl
         seen[kname] = k + 1
         label = kname if k == 0 else f"{kname}#{k}"
         vals: dict[str, float] = {}
-        for col, raw in zip(header, row):
+        for col, raw in zip(header, row, strict=False):
             if col in metrics:
                 try:
                     vals[metrics[col]] = float(raw.replace(",", ""))

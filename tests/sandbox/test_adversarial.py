@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from kernellab.sandbox import EvalJob, Limits, RESULT_KEYS
+from kernellab.sandbox import RESULT_KEYS, EvalJob, Limits
 
 HERE = Path(__file__).resolve().parent
 

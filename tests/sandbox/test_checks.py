@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from kernellab.sandbox._check import DISTRIBUTIONS, check_structure, compare, modified_inputs, overlaps, transform
+from kernellab.sandbox._check import (
+    DISTRIBUTIONS,
+    check_structure,
+    compare,
+    modified_inputs,
+    overlaps,
+    transform,
+)
 from kernellab.sandbox._env import is_secret, worker_env
 from kernellab.sandbox._profile import METRICS, ProfileResult, parse_raw_csv, profile
 

@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+from kernellab.sandbox import EvalJob, profile
 
 from kernellab import load_problem
-from kernellab.sandbox import EvalJob, profile
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +54,7 @@ def test_one_timing_per_gpu_at_a_time(sandbox_executor, problem):
     results = [f.result() for f in futures]
     assert all(r["status"] == "correct" for r in results), [r["error_text"] for r in results]
     windows = sorted(tuple(r["details"]["timing_window"]) for r in results)
-    for (s0, e0), (s1, e1) in zip(windows, windows[1:]):
+    for (_s0, e0), (s1, _e1) in zip(windows, windows[1:], strict=False):
         assert e0 <= s1, f"timings overlapped: {windows}"
 
 
