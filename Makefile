@@ -8,6 +8,9 @@ PY     := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 # The Triton interpreter runs kernels on the CPU; same release as the GPU host (3.6).
 TRITON_SPEC ?= triton==3.6.0
+# numpy 2.3+ breaks the Triton 3.6 interpreter on `range()` over a runtime scalar ("only 0-dimensional
+# arrays can be converted to Python scalars"); the GPU path does not use numpy there.
+NUMPY_SPEC ?= numpy>=1.26,<2.3
 
 export PYTHONUNBUFFERED := 1
 
@@ -17,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q "$(TRITON_SPEC)" -e ".[dev]"
+	$(PY) -m pip install -q "$(TRITON_SPEC)" "$(NUMPY_SPEC)" -e ".[dev]"
 	touch $@
 
 venv: $(VENV)/.installed

@@ -48,13 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_campaign(store, cid, progress=progress)
     print_summary(summary)
 
-    from kernellab.export import export_best
-    from kernellab.report import write_report
+    from kernellab import export, report
 
-    report_path = write_report(store, cid, args.report)
+    report_path = report.write(store, cid, args.report)
     exported = []
     for b in summary["best"]:
-        exported.append(export_best(store, cid, b["problem_id"], out_dir=args.export_dir))
+        path = Path(args.export_dir) / f"best_{b['problem']}.py"
+        exported.append(export.export(store, cid, b["problem_id"], path)[0])
     console.print(f"database: {Path(args.db).resolve()}  (campaign {name}; try `kernellab status {name}`)")
     console.print(f"report:   {Path(report_path).resolve()}")
     for e in exported:
