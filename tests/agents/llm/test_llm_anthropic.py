@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import traceback
-import uuid
 
 import pytest
-import torch
-from conftest import FAKE_ANTHROPIC_KEY, RECORDINGS, Recorded, disconnected
 from kernellab.agents.llm import (
     SCHEMAS,
     BudgetExceeded,
@@ -20,10 +15,7 @@ from kernellab.agents.llm import (
     make_agents,
     system_prompt,
 )
-
-from kernellab.problem import instantiate
-
-SONNET = "claude-sonnet-4-6"
+from llm_recorded import FAKE_ANTHROPIC_KEY, RECORDINGS, SONNET, Recorded, disconnected, run_candidate
 
 
 def agents(store, campaign, rec, **kw) -> LLMAgents:
@@ -34,27 +26,6 @@ def agents(store, campaign, rec, **kw) -> LLMAgents:
 
 def all_rows_text(store) -> str:
     return json.dumps(store.llm_calls(), default=str)
-
-
-def run_candidate(problem, source: str, tmp_path) -> dict:
-    """Run a candidate on the SMALL instance in this process and report like the sandbox does
-    (status, error text, max error). Candidate code runs in sandbox workers in a campaign; here the
-    model's code is ours (a recording), and what matters is that the failure is real."""
-    path = tmp_path / f"cand_{uuid.uuid4().hex[:8]}.py"  # Triton's @jit reads the source file
-    path.write_text(source)
-    try:
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        ref = instantiate(problem, small=True, seed=0)
-        new = instantiate(problem, small=True, seed=0, model_cls=mod.ModelNew)
-        with torch.no_grad():
-            out, expected = new.model(*ref.inputs), ref.model(*ref.inputs)
-    except Exception as exc:
-        return {"status": "runtime_error", "error_class": type(exc).__name__, "error_text": traceback.format_exc()}
-    err = (out - expected).abs().max().item()
-    return {"status": "correct" if torch.allclose(out, expected, atol=1e-4, rtol=1e-4) else "incorrect",
-            "max_abs_err": err, "error_text": None}
 
 
 def test_plan_uses_forced_tool_and_cache_control_and_accounts_tokens(store, campaign, problem):

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from conftest import FAKE_ANTHROPIC_KEY, Recorded, disconnected
 from kernellab.agents.llm import PreflightError, Proposal, ReplayMiss, make_agents
 from kernellab.store import Store
-from test_llm_anthropic import SONNET, run_candidate
+from llm_recorded import FAKE_ANTHROPIC_KEY, SONNET, Recorded, disconnected, run_candidate
 
 
 def without_meta(answers):
