@@ -41,7 +41,7 @@ class CampaignConfig:
     tune_trials: int = 0  # Optuna trials per candidate with a SPACE (0 = no tuning)
     objective: str = "speedup_eager"
     target: float | None = None  # stop a problem once this speedup is reached
-    plateau: int = 3  # stop a problem after this many rounds gaining < plateau_gain
+    plateau: int = 8  # stop a problem when its last N new candidates gained < plateau_gain
     plateau_gain: float = 0.01
     device: str | None = None  # None = cuda when available, else cpu
     small: bool | None = None  # None = SMALL sizes on CPU only
