@@ -226,13 +226,6 @@ def _split_future(source: str) -> tuple[str, str]:
     return "\n".join(fut), "\n".join(rest)
 
 
-def _attr_path(fqn: str) -> str:
-    out = "self"
-    for part in fqn.split("."):
-        out += f".{part}" if part.isidentifier() else f"._modules[{part!r}]" if not out.endswith("_buffers") else ""
-    return out
-
-
 def _param_expr(fqn: str) -> str:
     *mods, leaf = fqn.split(".")
     base = "self"
@@ -258,7 +251,8 @@ def generate(problem_name: str, problem_source: str, graph: Graph, groups: list[
         if grp.kind == "gemm":
             src, call, cfg, spc = _gemm_source(graph, grp, settings, variant)
         else:
-            ls = loop_kernel(graph, grp, variant)
+            opts = {**(variant.get("config") or {}), "mode": variant.get("mode", "auto")}
+            ls = loop_kernel(graph, grp, opts)
             src, cfg, spc = ls.source, ls.config, ls.space
             outs = ", ".join(ls.outputs)
             call = f"{outs} = launch_{grp.id}({', '.join(ls.inputs)})"
@@ -314,5 +308,3 @@ def _pretty(d: dict) -> str:
     lines.append("}")
     return "\n".join(lines)
 
-
-_ = _attr_path

@@ -310,7 +310,7 @@ class _Partitioner:
             if n.name in self.group_of:  # absorbed with its row block
                 continue
             if n.kind == "gemm":
-                if n.name in self.o.library_gemm:
+                if n.name in self.o.library_gemm or "*" in self.o.library_gemm:
                     self.new("torch", n, closed=True)
                 else:
                     self.new("gemm", n, domain=n.shape, gemm=n.name)
