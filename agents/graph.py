@@ -33,6 +33,8 @@ class CampaignState(TypedDict, total=False):
     selected: list[str | None]
     proposals: list[dict]
     elapsed_s: float  # active wall time over all sessions (between checkpoints)
+    n_before: int  # the problem's candidate count when the round started
+    empty_rounds: int  # consecutive rounds that added no candidate
     coded: Annotated[list[str], operator.add]
     done: bool
 
@@ -59,6 +61,9 @@ class Context:
     profile: Callable[[Problem, dict, dict], tuple[list, str | None]] | None = None
     reference: Callable[[Problem], dict] = lambda p: {}
     progress: Any = None
+    # errors that must stop the campaign (saved, resumable), e.g. an LLM budget spent; all other
+    # errors of an agent step are recorded as events and cost only that step
+    fatal: tuple[type[BaseException], ...] = ()
     session_start: float = field(default_factory=time.monotonic)
 
     def event(self, kind: str, payload: dict) -> None:
@@ -114,15 +119,19 @@ def build_graph(ctx: Context) -> StateGraph:
             pid = state["problem_ids"][index]
             probe = {**state, "index": index, "round": rnd, "elapsed_s": elapsed}
             reason = ctx.stop_check(pid, probe)
+            if reason is None and state.get("empty_rounds", 0) >= 2 and index == state.get("index", 0):
+                reason = "no new candidate in 2 rounds: the planner and coder proposed nothing new"
             if reason is None:
                 break
             ctx.event("stop", {"problem_id": pid, "problem": ctx.problems[pid].name, "reason": reason,
                                "round": rnd, "elapsed_s": round(elapsed, 3)})
             index, rnd = index + 1, 0
+            state = {**state, "empty_rounds": 0}
             if ctx.progress:
                 ctx.progress.update(problems_done=index)
         if index >= len(state["problem_ids"]):
-            return {"index": index, "round": rnd, "elapsed_s": elapsed, "done": True, "selected": [], "proposals": []}
+            return {"index": index, "round": rnd, "elapsed_s": elapsed, "done": True, "selected": [], "proposals": [],
+                    "empty_rounds": 0}
         pid = state["problem_ids"][index]
         tree = ctx.make_tree(pid)
         k = min(width, _remaining(ctx, pid))
@@ -132,7 +141,9 @@ def build_graph(ctx: Context) -> StateGraph:
                              "policy": ctx.config.get("policy")})
         if ctx.progress:
             ctx.progress.update(problem=ctx.problems[pid].name, tree_size=len(tree) if hasattr(tree, "__len__") else 0)
-        return {"index": index, "round": rnd, "elapsed_s": elapsed, "done": False, "selected": selected}
+        return {"index": index, "round": rnd, "elapsed_s": elapsed, "done": False, "selected": selected,
+                "n_before": len(ctx.store.candidates(ctx.campaign_id, pid)),
+                "empty_rounds": state.get("empty_rounds", 0)}
 
     # -- plan ----------------------------------------------------------------------------------
     def plan(state: CampaignState) -> dict:
@@ -141,7 +152,13 @@ def build_graph(ctx: Context) -> StateGraph:
         selected = [s for s in state.get("selected", []) if s is not None]
         rows = _tree_rows(ctx, pid, selected)
         k = min(width, _remaining(ctx, pid))
-        proposals = ctx.agents.plan(problem, rows, k, ctx.reference(problem))[:k] if k > 0 else []
+        try:
+            proposals = ctx.agents.plan(problem, rows, k, ctx.reference(problem))[:k] if k > 0 else []
+        except ctx.fatal:
+            raise
+        except Exception as exc:
+            ctx.event("plan", {"problem_id": pid, "error": f"{type(exc).__name__}: {exc}"[:2000]})
+            return {"proposals": []}
         ctx.event("plan", {"problem_id": pid, "round": state.get("round", 0),
                            "proposals": [p.to_dict() for p in proposals]})
         return {"proposals": [p.to_dict() for p in proposals]}
@@ -160,6 +177,8 @@ def build_graph(ctx: Context) -> StateGraph:
         parent = ctx.store.get_candidate(prop.parent_id) if prop.parent_id else None
         try:
             out = ctx.agents.code(problem, prop, parent)
+        except ctx.fatal:
+            raise
         except Exception as exc:  # a coder failure is recorded, never fatal to the campaign
             ctx.event("code", {"problem_id": pid, "proposal": task["proposal"], "error": f"{type(exc).__name__}: {exc}"})
             return {"coded": []}
@@ -211,6 +230,8 @@ def build_graph(ctx: Context) -> StateGraph:
                 break
             try:
                 fix = ctx.agents.debug(problem, cand, ev)
+            except ctx.fatal:
+                raise
             except Exception as exc:
                 ctx.event("debug", {"candidate_id": cand["id"], "error": f"{type(exc).__name__}: {exc}"})
                 continue
@@ -274,12 +295,18 @@ def build_graph(ctx: Context) -> StateGraph:
             try:
                 a = ctx.agents.analyze(ctx.problems[pid], cand, best, metrics)
                 ctx.event("analyze", {"candidate_id": cand["id"], **a.to_dict()})
+            except ctx.fatal:
+                raise
             except Exception as exc:
                 ctx.event("analyze", {"candidate_id": cand["id"], "error": f"{type(exc).__name__}: {exc}"})
-        return {"round": state.get("round", 0) + 1, "coded": []}
+        grew = len(ctx.store.candidates(ctx.campaign_id, pid)) > state.get("n_before", 0)
+        return {"round": state.get("round", 0) + 1, "coded": [],
+                "empty_rounds": 0 if grew else state.get("empty_rounds", 0) + 1}
 
     g = StateGraph(CampaignState)
-    retry = RetryPolicy(max_attempts=2)
+    # one more attempt for a flaky step (e.g. a network hiccup the SDK's own retries did not absorb),
+    # never for a spent budget or a replay miss
+    retry = RetryPolicy(max_attempts=2, retry_on=lambda exc: not isinstance(exc, ctx.fatal))
     g.add_node("select", select)
     g.add_node("plan", plan, retry_policy=retry)
     g.add_node("code", code, retry_policy=retry)

@@ -69,7 +69,12 @@ def start_campaign(store: Any, config: CampaignConfig, name: str | None = None) 
     problems = [load_problem(p) for p in config.problems]
     _check_policy(config.policy)
     if config.llm != "builtin":
-        _llm_agents(config, store=None, campaign_id=None, preflight=True)
+        from kernellab.agents.llm import PreflightError
+
+        try:
+            _llm_agents(config, store=None, campaign_id=None, preflight=True)
+        except PreflightError as exc:
+            raise CampaignError(str(exc)) from None
     device = config.device or env.default_device()
     name = name or f"{'+'.join(p.name for p in problems)[:60]}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     cfg = asdict(config)
@@ -156,7 +161,12 @@ def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: A
             return [], "no CUDA device: Nsight Compute profiling skipped"
         return sandbox.profile(problem, cand["source"], config=best.get("config") or None)
 
-    ctx = Context(store=store, campaign_id=camp["id"], config=asdict(config), problems=problems, agents=agents,
+    fatal: tuple = ()
+    if config.llm != "builtin":
+        from kernellab.agents.llm import BudgetExceeded, LLMUnavailable, ReplayMiss
+
+        fatal = (BudgetExceeded, LLMUnavailable, ReplayMiss)
+    ctx = Context(fatal=fatal, store=store, campaign_id=camp["id"], config=asdict(config), problems=problems, agents=agents,
                   evaluate_many=evaluate_many, select=policy.select,
                   make_tree=lambda pid: search.Tree(store, camp["id"], pid, objective=config.objective),
                   stop_check=stop_check, tune=tune, profile=profile, progress=progress)

@@ -225,6 +225,23 @@ def _campaign_options(fn: Callable) -> Callable:
     return fn
 
 
+def _interruptible(fn: Callable[[], dict], store: Any, campaign_id: str) -> dict:
+    """Run a campaign; a Ctrl-C or an LLM stop (budget spent, service unavailable, replay miss) leaves
+    it saved and resumable, and says how to go on."""
+    try:
+        return fn()
+    except KeyboardInterrupt:
+        name = store.get_campaign(campaign_id)["name"]
+        click.echo(f"kernellab: interrupted; the campaign is saved: `kernellab resume {name}`", err=True)
+        sys.exit(EXIT_FAILED)
+    except Exception as exc:
+        if type(exc).__name__ not in ("BudgetExceeded", "LLMUnavailable", "ReplayMiss"):
+            raise
+        name = store.get_campaign(campaign_id)["name"]
+        click.echo(f"kernellab: stopped: {exc}; the campaign is saved: `kernellab resume {name}`", err=True)
+        sys.exit(EXIT_FAILED)
+
+
 def _finish(summary: dict, as_json: bool) -> None:
     from . import views
 
@@ -255,7 +272,7 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
     with Progress(enabled=None if not as_json else False) as progress:
-        summary = run_campaign(store, cid, progress=progress)
+        summary = _interruptible(lambda: run_campaign(store, cid, progress=progress), store, cid)
     _finish(summary, as_json)
 
 
@@ -271,9 +288,12 @@ def resume(campaign: str, db: str, as_json: bool) -> None:
     from .progress import Progress
 
     store = _store(db)
+    camp = store.get_campaign(campaign)
+    if camp is None:
+        raise UsageFailure(f"no campaign {campaign!r} in {db}")
     try:
         with Progress(enabled=None if not as_json else False) as progress:
-            summary = resume_campaign(store, campaign, progress=progress)
+            summary = _interruptible(lambda: resume_campaign(store, camp["id"], progress=progress), store, camp["id"])
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
     _finish(summary, as_json)
