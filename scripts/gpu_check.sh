@@ -30,7 +30,7 @@ for step in "${steps[@]}"; do
       $PY -c "import kernellab.env as e, json; print(json.dumps(e.versions())); print(e.device_name())"
       (command -v ncu && ncu --version | tail -1) || echo "ncu: not on PATH" ;;
     tests)
-      $PY -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu-tests.log"; rc=$((rc | ${PIPESTATUS[0]})) ;;
+      $PY -m pytest -q -m gpu -p no:cacheprovider -o addopts="" -rs tests 2>&1 | tee "$OUT/gpu-tests.log"; rc=$((rc | ${PIPESTATUS[0]})) ;;
     eager)   $PY experiments/measure_eager.py 2>&1 | tee "$OUT/eager.log" ;;
     sandbox) $PY experiments/bench_sandbox.py 2>&1 | tee "$OUT/sandbox.log" ;;
     gemm)    $PY experiments/bench_gemm_templates.py 2>&1 | tee "$OUT/gemm.log" ;;
@@ -40,5 +40,6 @@ for step in "${steps[@]}"; do
     *) echo "unknown step $step"; rc=2 ;;
   esac
 done
-cp experiments/results/*.md experiments/results/*.json "$OUT"/ 2>/dev/null || true
+# what comes back from a remote host is limited in file count: one archive of all results
+tar czf "$OUT/results.tgz" experiments/results 2>/dev/null || true
 exit $rc
