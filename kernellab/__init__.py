@@ -3,8 +3,17 @@ tuning and profiling GPU kernels. See README.md and DESIGN.md."""
 
 from __future__ import annotations
 
-from .export import load_best
-from .problem import Problem, ProblemError, load_problem
+import pathlib as _pathlib
+
+# In a source checkout used without installing (``PYTHONPATH=.``, as on the GPU host), map the
+# sibling folders agents/ search/ sandbox/ store/ into this package, as pyproject's package-dir does
+# for an install. Only when this file sits in a kernellab checkout, never inside site-packages.
+_root = _pathlib.Path(__file__).resolve().parent.parent
+if (_root / "pyproject.toml").is_file() and (_root / "store" / "_schema.py").is_file():
+    __path__.append(str(_root))  # noqa: F821 - the package's own __path__
+
+from .export import load_best  # noqa: E402
+from .problem import Problem, ProblemError, load_problem  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["Problem", "ProblemError", "load_problem", "load_best", "__version__"]
