@@ -27,7 +27,7 @@ import torch
 
 from kernellab.problem import Problem, cast_inputs, torch_dtype
 
-from .ir import FLOAT_DTYPES, Graph, Node, Ref, Sym
+from .ir import FLOAT_DTYPES, Dyn, Graph, Node, Ref, Sym
 from .lower import LOWERINGS, VIEW_OPS, lower_node
 
 __all__ = ["capture", "CaptureError"]
@@ -79,6 +79,7 @@ def _build(problem: Problem, small: bool, device: str) -> tuple[torch.nn.Module,
         inputs = list(mod.get_inputs())
     model = model.to(device=device, dtype=dtype).eval()
     inputs = cast_inputs(inputs, dtype, device)
+    _NUMBERS[id(model)] = _numbers(model)
     import inspect
     try:
         names = [p for p in inspect.signature(model.forward).parameters if p != "self"]
@@ -105,7 +106,9 @@ def _capture_at(problem: Problem, small: bool, method: str) -> Graph:
                 with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     fx, names_of, single = (_export if how == "export" else _make_fx)(model, inputs, names)
-                return _translate(fx, names_of, single, how)
+                g = _translate(fx, names_of, single, how)
+                g.numbers = _NUMBERS.pop(id(model), {})
+                return g
             except Exception as exc:
                 errors.append(f"{how} on {device}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     raise CaptureError("; ".join(errors))
@@ -243,33 +246,98 @@ def _dead_code(nodes: list[Node], outputs: list[Any]) -> list[Node]:
 
 # -- sizes that change with SMALL -----------------------------------------------------------------
 
+_NUMBERS: dict[int, dict[str, float]] = {}
+_UNRESOLVED = object()
+
+
+def _numbers(model: torch.nn.Module) -> dict[str, float]:
+    """Plain int/float attributes of the model's modules (``scale``, ``gn.num_groups``...): the
+    values a forward bakes into the graph that SMALL may change."""
+    out: dict[str, float] = {}
+    for path, mod in model.named_modules():
+        for k, v in vars(mod).items():
+            if k.startswith("_") or isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            if not all(p.isidentifier() for p in (path.split(".") if path else [])) or not k.isidentifier():
+                continue
+            out[f"{path}.{k}" if path else k] = v
+    return out
+
+
+def _close(x: float, y: float) -> bool:
+    return x == y or (math.isfinite(x) and math.isfinite(y) and abs(x - y) <= 1e-9 * max(abs(x), abs(y)))
+
+
+def _solve(full: float, small: float, atoms: list[tuple[str, float, float, tuple]], want_int: bool) -> Dyn | None:
+    """A small expression over sizes and model attributes worth ``full`` and ``small`` at the two
+    sizes: an atom, a product or quotient of two, then optionally **-0.5, **0.5 or 1/x."""
+    cands = list(atoms)
+    for t1, x1, y1, r1 in atoms:
+        for t2, x2, y2, r2 in atoms:
+            if t1 == t2:
+                continue
+            cands.append((f"({t1} * {t2})", x1 * x2, y1 * y2, r1 + r2))
+            if x2 and y2:
+                if want_int:
+                    cands.append((f"({t1} // {t2})", x1 // x2, y1 // y2, r1 + r2))
+                else:
+                    cands.append((f"({t1} / {t2})", x1 / x2, y1 / y2, r1 + r2))
+    fns: list[tuple[str, Any]] = [("{}", lambda v: v)]
+    if not want_int:
+        fns += [("{} ** -0.5", lambda v: v ** -0.5 if v > 0 else math.nan),
+                ("{} ** 0.5", lambda v: v ** 0.5 if v >= 0 else math.nan),
+                ("1.0 / {}", lambda v: 1.0 / v if v else math.nan)]
+    for fmt, f in fns:
+        for t, x, y, r in cands:
+            if _close(f(x), full) and _close(f(y), small):
+                return Dyn(fmt.format(t), full, tuple(dict.fromkeys(r)))
+    return None
+
 def _resolve_sizes(full: Graph, small: Graph) -> None:
     """Replace integers that differ between the two captures by ``Sym`` sizes read at run time."""
     if [(n.name, n.op) for n in full.nodes] != [(n.name, n.op) for n in small.nodes]:
         raise CaptureError("the graph's structure changes with SMALL")
     shapes_small = {n.name: n.shape for n in small.nodes}
-    seen: list[Node] = []
+    nums_f, nums_s = getattr(full, "numbers", {}), getattr(small, "numbers", {})
+    atoms: list[tuple[str, float, float, tuple]] = [
+        (f"self.{k}", v, nums_s[k], ()) for k, v in nums_f.items() if k in nums_s]
+    for n in full.nodes:
+        if n.kind in ("input", "param") and n.shape and shapes_small.get(n.name):
+            atoms += [(f"{n.name}.shape[{i}]", d, shapes_small[n.name][i], (n.name,)) for i, d in enumerate(n.shape)]
+    ctx = {"seen": [], "shapes_small": shapes_small, "atoms": atoms}
     for nf, ns in zip(full.nodes, small.nodes):
         if nf.kind == "aten":
             for key in ("bound", "args", "kwargs"):
-                nf.attrs[key] = _merge(nf.attrs[key], ns.attrs[key], nf, seen, shapes_small)
-        seen.append(nf)
+                nf.attrs[key] = _merge(nf.attrs[key], ns.attrs[key], nf, ctx)
+        ctx["seen"].append(nf)
 
 
-def _merge(a: Any, b: Any, node: Node, seen: list[Node], shapes_small: dict) -> Any:
+def _merge(a: Any, b: Any, node: Node, ctx: dict, top: bool = True) -> Any:
     if isinstance(a, bool) or isinstance(b, bool):
         return a
-    if isinstance(a, int) and isinstance(b, int):
-        if a == b:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        if a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b)):
             return a
-        sym = _find_size(a, b, node, seen, shapes_small)
-        if sym is None:
-            raise CaptureError(f"{node.name}: size {a} (SMALL: {b}) matches no dimension")
-        return sym
+        want_int = isinstance(a, int) and isinstance(b, int)
+        found = _find_size(a, b, node, ctx["seen"], ctx["shapes_small"]) if want_int else None
+        found = found or _solve(a, b, ctx["atoms"], want_int)
+        if found is None:
+            if not top:
+                return _UNRESOLVED
+            raise CaptureError(f"{node.name}: the constant {a} (SMALL: {b}) matches no size or model attribute")
+        return found
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
-        return type(a)(_merge(x, y, node, seen, shapes_small) for x, y in zip(a, b))
+        out = [_merge(x, y, node, ctx, top=False) for x, y in zip(a, b)]
+        holes = [i for i, x in enumerate(out) if x is _UNRESOLVED]
+        # a view's target shape may leave one size for PyTorch to infer
+        if len(holes) == 1 and -1 not in out and node.op.split(".")[0] in ("view", "reshape", "_unsafe_view"):
+            out[holes[0]] = -1
+        elif holes:
+            raise CaptureError(f"{node.name}: sizes {[a[i] for i in holes]} (SMALL: {[b[i] for i in holes]}) "
+                               "match no dimension or model attribute")
+        return type(a)(out)
     if isinstance(a, dict) and isinstance(b, dict):
-        return {k: _merge(a[k], b.get(k), node, seen, shapes_small) for k in a}
+        return {k: _merge(a[k], b.get(k), node, ctx) for k in a}
     return a
 
 

@@ -20,10 +20,10 @@ from typing import Any
 import torch
 
 from .gemm import GemmSpec, Operand, gemm_kernel
-from .ir import Graph, Node, Ref, Sym
+from .ir import Dyn, Graph, Node, Ref, Sym
 from .loopgen import RUNTIME_HELPERS, loop_kernel
 from .partition import Group
-from .pointwise import HELPERS, emit_pw, literal
+from .pointwise import HELPERS, emit_pw, literal, round_to
 
 __all__ = ["generate", "TF32_MIN_TOL", "allow_tf32"]
 
@@ -41,6 +41,8 @@ def allow_tf32(dtype: str, atol: float, rtol: float) -> bool:
 def _render(a: Any) -> str:
     if isinstance(a, Ref):
         return a.name
+    if isinstance(a, Dyn):
+        return a.expr
     if isinstance(a, Sym):
         if not a.dims:
             return "1"
@@ -149,6 +151,8 @@ def _gemm_source(graph: Graph, grp: Group, settings: dict, variant: dict) -> tup
         operands.append(Operand(label, "row"))
         passed.append(f"{value}.reshape(-1)")
 
+    scalars: list[str] = []
+
     def chain(names: list[str], first: str) -> str:
         env = {first: "acc"}
         lines = []
@@ -157,13 +161,22 @@ def _gemm_source(graph: Graph, grp: Group, settings: dict, variant: dict) -> tup
             args, raw = [], []
             for x in node.args:
                 raw.append(x)
-                if isinstance(x, Ref):
+                if isinstance(x, Dyn):  # a run-time number: a scalar operand of the template
+                    if x.expr not in scalars:
+                        scalars.append(x.expr)
+                        operands.append(Operand(f"c{len(scalars) - 1}", "scalar"))
+                        passed.append(x.expr)
+                    args.append(f"c{scalars.index(x.expr)}")
+                elif isinstance(x, Ref):
                     args.append(env[x.name] if x.name in env else _opname(x.name))
                 elif x is None:
                     args.append("None")
                 else:
                     args.append(literal(x))
-            lines.append(f"v_{name} = {emit_pw(node.op, args, node.attrs, raw)}")
+            e = emit_pw(node.op, args, node.attrs, raw)
+            if node.dtype in ("float16", "bfloat16"):  # round like the reference's separate ops
+                e = round_to(e, node.dtype)
+            lines.append(f"v_{name} = {e}")
             env[name] = f"v_{name}"
         if names:
             lines.append(f"acc = v_{names[-1]}")
@@ -255,7 +268,7 @@ def generate(problem_name: str, problem_source: str, graph: Graph, groups: list[
             ls = loop_kernel(graph, grp, opts)
             src, cfg, spc = ls.source, ls.config, ls.space
             outs = ", ".join(ls.outputs)
-            call = f"{outs} = launch_{grp.id}({', '.join(ls.inputs)})"
+            call = f"{outs} = launch_{grp.id}({', '.join(ls.inputs + ls.scalars)})"
         n_kernels += 1
         kernels.append(f"# {grp.describe(graph)}\n{src}")
         config[grp.id], space[grp.id] = cfg, spc

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Ref", "Sym", "Node", "Graph", "POINTWISE", "FLOAT_DTYPES"]
+__all__ = ["Ref", "Sym", "Dyn", "Node", "Graph", "POINTWISE", "FLOAT_DTYPES"]
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -49,6 +49,23 @@ class Sym:
     dims: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class Dyn:
+    """A number computed at run time by the Python expression ``expr`` (forward scope: input and
+    parameter variables, ``self``), e.g. ``self.scale`` or ``(x.shape[2] // self.heads) ** -0.5``;
+    ``value`` is its value at the captured (full) size; ``refs`` the graph values it reads."""
+
+    expr: str
+    value: Any
+    refs: tuple[str, ...] = ()
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+
 @dataclass
 class Node:
     name: str
@@ -66,6 +83,8 @@ class Node:
         def walk(a: Any) -> None:
             if isinstance(a, (Ref, Sym)):
                 out.append(a.name)
+            elif isinstance(a, Dyn):
+                out.extend(a.refs)
             elif isinstance(a, (list, tuple)):
                 for x in a:
                     walk(x)
@@ -119,6 +138,8 @@ def _fmt(a: Any) -> str:
         return "%" + a.name
     if isinstance(a, Sym):
         return f"%{a.name}.size{list(a.dims)}"
+    if isinstance(a, Dyn):
+        return f"<{a.expr}={a.value!r}>"
     if isinstance(a, (list, tuple)):
         return "[" + ", ".join(_fmt(x) for x in a) + "]"
     return repr(a)

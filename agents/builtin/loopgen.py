@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ir import Graph, Node, Ref
+from .ir import Dyn, Graph, Node, Ref
 from .partition import Group
-from .pointwise import BOOL_OPS, emit_pw, literal
+from .pointwise import BOOL_OPS, emit_pw, literal, round_to
 
 __all__ = ["loop_kernel", "LoopSource", "RUNTIME_HELPERS"]
 
@@ -96,6 +96,7 @@ class LoopSource:
     space: dict
     inputs: list[str]  # graph values passed to the launcher, in order
     outputs: list[str]  # graph values returned, in order
+    scalars: list[str] = field(default_factory=list)  # run-time numbers (Dyn exprs), after the tensors
     notes: list[str] = field(default_factory=list)
 
 
@@ -115,6 +116,12 @@ class _Operand:
 _TL_DTYPE = {"float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16"}
 
 
+def _store_cast(val: str, dt: str) -> str:
+    if dt == "tl.bfloat16":  # round exactly first: see pointwise.round_to
+        return f"_kl_bf16({val}).to(tl.bfloat16)"
+    return f"({val}).to({dt})"
+
+
 def _rank(graph: Graph, name: str) -> int:
     shape = graph.node(name).shape
     return len(shape) if shape is not None else 0
@@ -130,6 +137,7 @@ class _Gen:
         self.kind = {n: self.value_kind(n) for n in grp.nodes}
         self.operands: list[_Operand] = []
         self.ext_inputs: list[str] = []  # launcher arguments (unique graph values)
+        self.scalars: list[str] = []  # Dyn expressions, kernel params c0, c1...
         self.name = grp.id
 
     def value_kind(self, name: str) -> str:
@@ -168,6 +176,8 @@ class _Gen:
         for name in self.grp.nodes:
             node = self.g.node(name)
             for a in node.args:
+                if isinstance(a, Dyn) and a.expr not in self.scalars:
+                    self.scalars.append(a.expr)
                 if isinstance(a, Ref) and a.name not in self.members:
                     lead, insert = self.align(node, a.name)
                     kind = self.kind[name] if node.kind == "pw" else "full"
@@ -184,6 +194,7 @@ class _Gen:
     # -- kernel text ------------------------------------------------------------------------------
     def params(self) -> list[str]:
         ps = [f"t{k}" for k in range(len(self.operands))]
+        ps += [f"c{j}" for j in range(len(self.scalars))]
         ps += ["S0", "S1", "S2", "R0", "R1", "NROWS", "R"]
         for k in range(len(self.operands)):
             ps += [f"s{k}_{j}" for j in range(5)]
@@ -224,6 +235,8 @@ class _Gen:
             raw.append(a)
             if isinstance(a, Ref):
                 args.append(env[a.name] if a.name in self.members else env[("in", self.align_key(node, a.name))])
+            elif isinstance(a, Dyn):
+                args.append(f"c{self.scalars.index(a.expr)}")
             elif a is None:
                 args.append("None")
             else:
@@ -268,7 +281,11 @@ class _Gen:
                     env[("in", k)] = f"x{k}"
             var = f"v_{name}"
             if node.kind == "pw":
-                lines.append(f"{var} = {self.expr(node, env)}")
+                e = self.expr(node, env)
+                if node.dtype in ("float16", "bfloat16"):
+                    # the reference rounds every op's result to its storage type: so do we
+                    e = round_to(e, node.dtype)
+                lines.append(f"{var} = {e}")
             elif node.kind == "reduce":
                 src = node.args[0].name
                 if self.kind.get(src, "full") == "row" and self.g.node(src).shape != tuple(self.grp.domain):
@@ -311,8 +328,8 @@ class _Gen:
         if self.g.node(op.value).dtype == "bool":
             dt = "tl.int1"
         if op.kind == "full":
-            return self.full_offset(k) + [f"tl.store(t{k} + f{k}, ({val}).to({dt}), mask=mask)"]
-        return [f"tl.store(t{k} + a{k}[:, None], ({val}).to({dt}), mask=rmask[:, None])"]
+            return self.full_offset(k) + [f"tl.store(t{k} + f{k}, {_store_cast(val, dt)}, mask=mask)"]
+        return [f"tl.store(t{k} + a{k}[:, None], {_store_cast(val, dt)}, mask=rmask[:, None])"]
 
     # -- rows kernels -----------------------------------------------------------------------------
     def one_pass(self) -> str:
@@ -412,7 +429,7 @@ class _Gen:
         for k, op in enumerate(self.operands):
             if op.is_output:
                 dt = _TL_DTYPE.get(self.g.node(op.value).dtype, "tl.int1")
-                inner.append(f"tl.store(t{k} + f{k}, ({env[op.value]}).to({dt}), mask=mask)")
+                inner.append(f"tl.store(t{k} + f{k}, {_store_cast(env[op.value], dt)}, mask=mask)")
         body += ["    " + ln for ln in inner]
         return self.kernel_def(f"k_{self.name}", body)
 
@@ -425,7 +442,8 @@ class _Gen:
     # -- launcher ---------------------------------------------------------------------------------
     def launcher(self) -> str:
         args = [f"in_{v}" for v in self.ext_inputs]
-        L = [f"def launch_{self.name}({', '.join(args)}):", f"    cfg = CONFIG[{self.name!r}]"]
+        cs = [f"c{j}" for j in range(len(self.scalars))]
+        L = [f"def launch_{self.name}({', '.join(args + cs)}):", f"    cfg = CONFIG[{self.name!r}]"]
         first = args[0] if args else None
         ins = [k for k, o in enumerate(self.operands) if not o.is_output]
         L.append("    ts = [")
@@ -467,7 +485,7 @@ class _Gen:
                   '    block = int(cfg["BLOCK"])',
                   '    warps = int(cfg["num_warps"])',
                   "    grid = (triton.cdiv(n, block),)",
-                  f"    k_{self.name}[grid](*ts, *sizes, n, 1, *flat, BLOCK_ROWS=1, BLOCK_R=block, BIG=big, "
+                  f"    k_{self.name}[grid](*ts, {''.join(c + ', ' for c in cs)}*sizes, n, 1, *flat, BLOCK_ROWS=1, BLOCK_R=block, BIG=big, "
                   f"{fulls}, num_warps=warps)"]
         else:
             L += ["    block_r = triton.next_power_of_2(r)",
@@ -481,7 +499,7 @@ class _Gen:
                   "        kern = k_" + self.name + "_loop",
                   '    warps = int(cfg["num_warps"]) or max(1, min(16, block_rows * block_r // 256))',
                   "    grid = (triton.cdiv(nrows, block_rows),)",
-                  f"    kern[grid](*ts, *sizes, nrows, r, *flat, BLOCK_ROWS=block_rows, BLOCK_R=block_r, BIG=big, "
+                  f"    kern[grid](*ts, {''.join(c + ', ' for c in cs)}*sizes, nrows, r, *flat, BLOCK_ROWS=block_rows, BLOCK_R=block_r, BIG=big, "
                   f"{fulls}, num_warps=warps)"]
         L.append(f"    return {ret}")
         return "\n".join(L) + "\n"
@@ -512,7 +530,8 @@ def loop_kernel(graph: Graph, grp: Group, options: dict | None = None) -> LoopSo
         space = {"MAX_R": [1024, 4096, 8192, 16384], "TILE": [1024, 2048, 4096, 8192],
                  "BLOCK_R": [512, 1024, 2048, 4096], "num_warps": [0, 2, 4, 8, 16]}
     src = "\n\n".join(kernels) + "\n\n" + gen.launcher()
-    return LoopSource(grp.id, src, config, space, list(gen.ext_inputs), [o.value for o in gen.operands if o.is_output])
+    return LoopSource(grp.id, src, config, space, list(gen.ext_inputs), [o.value for o in gen.operands if o.is_output],
+                      scalars=list(gen.scalars))
 
 
 _ = (Any, BOOL_OPS)

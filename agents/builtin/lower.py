@@ -209,7 +209,8 @@ def _instance_norm(c: _Ctx, b: dict) -> None:
 def _group_norm(c: _Ctx, b: dict) -> None:
     x = b["input"]
     shape = c.shape(x)
-    nd, g = len(shape), int(b["num_groups"])
+    g_arg = b["num_groups"]  # an int, or a Dyn read at run time (``self.gn.num_groups``)
+    nd, g = len(shape), int(g_arg)
     n, ch = shape[0], shape[1]
     spatial = 1
     for s in shape[2:]:
@@ -217,10 +218,10 @@ def _group_norm(c: _Ctx, b: dict) -> None:
     grouped = (n, g, ch // g, spatial)
     w, bias = b["weight"], b["bias"]
     if w is not None:
-        w = c.view(w, [1, g, -1, 1], (1, g, ch // g, 1))
+        w = c.view(w, [1, g_arg, -1, 1], (1, g, ch // g, 1))
     if bias is not None:
-        bias = c.view(bias, [1, g, -1, 1], (1, g, ch // g, 1))
-    xv = c.view(x, [Sym(x.name, (0,)), g, -1, Sym(x.name, tuple(range(2, nd)))], grouped)
+        bias = c.view(bias, [1, g_arg, -1, 1], (1, g, ch // g, 1))
+    xv = c.view(x, [Sym(x.name, (0,)), g_arg, -1, Sym(x.name, tuple(range(2, nd)))], grouped)
     d = (2, 3)
     mean = c.reduce("mean", xv, d, True)
     xc = c.pw("sub", xv, mean)

@@ -45,6 +45,15 @@ def _kl_tanh(x):
 
 
 @triton.jit
+def _kl_bf16(x):
+    # fp32 -> nearest-even bfloat16, kept in fp32: bit arithmetic, exact on the GPU and in the Triton
+    # interpreter (whose own fp32 -> bf16 cast does not round to nearest)
+    b = x.to(tl.uint32, bitcast=True)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+    return b.to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _kl_pow(x, y):
     # x ** y for real y: |x| ** y with the sign of x for odd integer y (as torch.pow)
     r = tl.exp2(y * tl.log2(tl.abs(x)))
@@ -53,6 +62,16 @@ def _kl_pow(x, y):
     r = tl.where((x < 0) & (y != tl.floor(y)), float("nan"), r)
     return tl.where(y == 0.0, 1.0, r)
 '''
+
+
+def round_to(expr: str, dtype: str) -> str:
+    """``expr`` (fp32) rounded to ``dtype`` and widened again: what the reference does when it
+    stores an op's result in a half type."""
+    if dtype == "bfloat16":
+        return f"_kl_bf16({expr})"
+    if dtype == "float16":
+        return f"({expr}).to(tl.float16).to(tl.float32)"
+    return expr
 
 
 def emit_pw(op: str, args: list[str], attrs: dict, raw: list[Any]) -> str:
@@ -87,7 +106,7 @@ def emit_pw(op: str, args: list[str], attrs: dict, raw: list[Any]) -> str:
         if dt == "float32":
             return a
         # round through the narrow type, as the reference does when it materialises the cast
-        return f"{a}.to(tl.{dt}).to(tl.float32)"
+        return round_to(a, dt)
     if op == "pow":
         e = raw[1]
         if not isinstance(raw[1], (int, float)) or isinstance(raw[1], bool):
