@@ -19,35 +19,10 @@ from kernellab.agents.builtin.gemm import (
     load_kernel,
 )
 
-
-def _interpreter_numpy_shim() -> None:
-    """Triton 3.6's interpreter turns a runtime scalar into a Python int with ``int(array_of_shape_1)``,
-    which NumPy >= 2.4 refuses ("only 0-dimensional arrays can be converted"), so any kernel whose
-    ``range`` has a runtime bound fails there. Until the venv pins numpy < 2.4, patch that one method."""
-    import numpy as np
-
-    if tuple(int(x) for x in np.__version__.split(".")[:2]) < (2, 4):
-        return
-    try:
-        import triton.runtime.interpreter as interp
-    except Exception:  # pragma: no cover
-        return
-    if getattr(interp._patch_lang_tensor, "_kl_shim", False):
-        return
-    orig = interp._patch_lang_tensor
-
-    def patched(tensor, scope):
-        orig(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    patched._kl_shim = True
-    interp._patch_lang_tensor = patched
-
-
-_interpreter_numpy_shim()
-
 # numpy warns about -inf/NaN arithmetic in masked-off lanes (columns >= N, rows >= M) that are never stored
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+# (and Triton 3.6's interpreter converts 1-element arrays to ints, deprecated in numpy; pinned < 2.3)
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning")]
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
