@@ -179,6 +179,9 @@ def run_case(c: Case, quick: bool) -> dict[str, Any]:
     y_e = c.eager(*t)
     row["eager_err"] = maxerr(y_e, ref)
     row["eager"] = timed(lambda: c.eager(*t))
+    # every case's eager function shares one code object: reset so that dynamo compiles this case's
+    # shapes statically instead of falling back to a dynamic-shape graph after the first recompile
+    torch._dynamo.reset()
     comp = torch.compile(c.eager)
     comp(*t)
     row["compile"] = timed(lambda: comp(*t))
