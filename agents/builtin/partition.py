@@ -109,9 +109,9 @@ class _Partitioner:
         grp.nodes.append(node.name)
         self.group_of[node.name] = grp
 
-    def ready_before(self, grp: Group, node: Node) -> bool:
+    def ready_before(self, grp: Group, node: Node, also: set[str] = frozenset()) -> bool:
         for r in node.refs():
-            if self.group_of.get(r) is grp:
+            if self.group_of.get(r) is grp or r in also:
                 continue
             if self.g.position[r] >= self.start[grp.id]:
                 return False
@@ -290,7 +290,7 @@ class _Partitioner:
             for m in block:
                 if any(r not in names and r != grp.tail for r in m.refs()):
                     return False
-        if not all(self.ready_before(grp, m) for m in block):
+        if not all(self.ready_before(grp, m, also=names) for m in block):
             return False
         grp.__dict__["ln_operands"] = ln_ops
         grp.row_reduction = red
