@@ -61,7 +61,7 @@ def capture(problem: Problem, method: str = "auto") -> Graph:
     lowered: list[Node] = []
     for n in graph.nodes:
         lowered.extend(lower_node(n, graph))
-    graph.nodes = _dead_code(lowered, graph.outputs)
+    graph.nodes = _asap(_dead_code(lowered, graph.outputs))
     graph.reindex()
     graph.uncaptured = sorted({n.op for n in graph.nodes if n.kind == "opaque"})
     return graph
@@ -232,6 +232,17 @@ def _translate(fx: torch.fx.Graph, placeholders: dict[str, tuple[str, str]], sin
             raise CaptureError(f"unsupported fx node {fn.op} {fn.name}")
     g = Graph(nodes=nodes, inputs=inputs, outputs=outputs, single_output=single, method=method)
     return g
+
+
+def _asap(nodes: list[Node]) -> list[Node]:
+    """Topological order with every node as early as its inputs allow (stable otherwise): side
+    computations (a parameter view, an activation of a small operand) then come before the groups
+    that read them, which the partitioner's no-cycle rule requires for fusion."""
+    level: dict[str, int] = {}
+    for n in nodes:
+        level[n.name] = 1 + max((level.get(r, 0) for r in n.refs()), default=0)
+    order = {n.name: i for i, n in enumerate(nodes)}
+    return sorted(nodes, key=lambda n: (level[n.name], order[n.name]))
 
 
 def _dead_code(nodes: list[Node], outputs: list[Any]) -> list[Node]:

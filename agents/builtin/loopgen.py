@@ -151,15 +151,14 @@ class _Gen:
 
     def align(self, consumer: Node, value: str) -> tuple[int, tuple[int, ...]]:
         """How an outside value read by ``consumer`` lines up with the domain."""
+        # right-aligned broadcasting composes: an operand lines up with the domain as it lines up
+        # with its consumer, except below a reduction that dropped its dims (keepdim=False)
         cshape = consumer.shape
-        if consumer.kind == "reduce":  # a reduction reads its input over the whole domain
-            cshape = tuple(self.grp.domain) if self.g.node(value).shape is not None and \
-                self.value_kind_of_shape(self.g.node(value).shape) == "full" else cshape
-        lead = len(cshape) - _rank(self.g, value)
-        insert: tuple[int, ...] = ()
-        if self.rows and len(cshape) == self.nd - len(self.red):
-            insert = self.red
-        return max(lead, 0), insert
+        if consumer.kind == "reduce" and self.value_kind_of_shape(self.g.node(value).shape or ()) == "full":
+            cshape = tuple(self.grp.domain)  # a reduction reads its input over the whole domain
+        if self.rows and len(cshape) == self.nd - len(self.red) and cshape != tuple(self.grp.domain):
+            return max(len(cshape) - _rank(self.g, value), 0), self.red
+        return max(self.nd - _rank(self.g, value), 0), ()
 
     def operand(self, value: str, lead: int, insert: tuple[int, ...], kind: str, out: bool = False) -> int:
         op = _Operand(value, lead, insert, kind, out)

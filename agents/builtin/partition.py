@@ -11,8 +11,8 @@ Group kinds:
                  logsumexp / layer_norm / sum / max, then a row epilogue;
 - ``torch``      one view / opaque / getitem node, or a node an action sent back to PyTorch.
 
-A node may join a group only if every value it reads from outside the group is ready before the
-group's first node: groups then run in the order of their first nodes and no cycle can form.
+A node may join a group unless a value it reads from outside comes from a group that (transitively)
+reads the group itself: the group dependency graph stays acyclic and groups run in its order.
 Options (``Options``) come from the replayed actions: ``cuts`` (nodes that must start a new group),
 ``torch_nodes`` (nodes run by PyTorch), ``no_row_fusion`` (GEMM groups that keep their row
 reduction out) and ``library_gemm`` (GEMMs run by cuBLAS, their epilogue then a pointwise group).
@@ -83,6 +83,12 @@ def reduce_runs_ok(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
     return red_runs <= 2 and keep_runs <= 3 and bool(dims)
 
 
+def _broadcasts(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
+    if len(small) > len(big):
+        return False
+    return all(s in (1, b) for s, b in zip(reversed(small), reversed(big)))
+
+
 def _reduced(shape: tuple[int, ...], dims: tuple[int, ...], keepdim: bool) -> tuple[int, ...]:
     if keepdim:
         return tuple(1 if i in dims else d for i, d in enumerate(shape))
@@ -95,25 +101,46 @@ class _Partitioner:
         self.groups: list[Group] = []
         self.group_of: dict[str, Group] = {}
         self.start: dict[str, int] = {}  # group id -> position of its first node
+        self.deps: dict[str, set[str]] = {}  # group id -> ids of the groups it reads from
         self.outputs = graph.output_names()
 
     # -- helpers ----------------------------------------------------------------------------------
     def new(self, kind: str, node: Node, **kw) -> Group:
-        grp = Group(id=f"g_{node.name}", kind=kind, nodes=[node.name], **kw)
+        grp = Group(id=f"g_{node.name}", kind=kind, nodes=[], **kw)
         self.groups.append(grp)
-        self.group_of[node.name] = grp
         self.start[grp.id] = self.g.position[node.name]
+        self.add(grp, node)
         return grp
 
     def add(self, grp: Group, node: Node) -> None:
         grp.nodes.append(node.name)
         self.group_of[node.name] = grp
+        for r in node.refs():
+            h = self.group_of.get(r)
+            if h is not None and h is not grp:
+                self.deps.setdefault(grp.id, set()).add(h.id)
+
+    def depends_on(self, h: Group, grp: Group) -> bool:
+        """Does group ``h`` read (transitively) a value of ``grp``?"""
+        seen, todo = set(), [h.id]
+        while todo:
+            gid = todo.pop()
+            if gid == grp.id:
+                return True
+            if gid in seen:
+                continue
+            seen.add(gid)
+            todo.extend(self.deps.get(gid, ()))
+        return False
 
     def ready_before(self, grp: Group, node: Node, also: set[str] = frozenset()) -> bool:
+        """``node`` may join ``grp`` unless one of its outside inputs comes from a group that reads
+        ``grp`` (the groups would wait on each other)."""
         for r in node.refs():
-            if self.group_of.get(r) is grp or r in also:
+            h = self.group_of.get(r)
+            if h is grp or r in also or h is None:
                 continue
-            if self.g.position[r] >= self.start[grp.id]:
+            if self.depends_on(h, grp):
                 return False
         return True
 
@@ -349,7 +376,30 @@ class _Partitioner:
         self.finish()
         return self.groups
 
+    def absorb_prologues(self) -> None:
+        """A pointwise group over a smaller shape (per-channel scale of a batch norm, an activation
+        of a bias) whose values only one bigger pointwise group reads is recomputed inside it."""
+        changed = True
+        while changed:
+            changed = False
+            for p in list(self.groups):
+                if p.kind != "pointwise":
+                    continue
+                users = {self.group_of[u].id for n in p.nodes for u in self.g.users[n] if self.group_of[u] is not p}
+                if len(users) != 1 or any(n in self.outputs for n in p.nodes):
+                    continue
+                grp = next(g for g in self.groups if g.id in users)
+                if grp.kind != "pointwise" or not _broadcasts(p.domain, grp.domain):
+                    continue
+                grp.nodes = p.nodes + grp.nodes
+                for n in p.nodes:
+                    self.group_of[n] = grp
+                self.deps[grp.id] = (self.deps.get(grp.id, set()) | self.deps.pop(p.id, set())) - {p.id, grp.id}
+                self.groups.remove(p)
+                changed = True
+
     def finish(self) -> None:
+        self.absorb_prologues()
         sym_users = {}
         for n in self.g.nodes:
             for r in n.refs():
@@ -372,9 +422,23 @@ class _Partitioner:
 
 def partition(graph: Graph, options: Options | None = None) -> list[Group]:
     """Fusion groups of ``graph`` in execution order."""
-    groups = _Partitioner(graph, options or Options()).run()
-    groups.sort(key=lambda grp: graph.position[grp.nodes[0]])
-    return groups
+    p = _Partitioner(graph, options or Options())
+    groups = p.run()
+    # run order: a group after every group it reads from, else by its first node
+    by_id = {g.id: g for g in groups}
+    done: set[str] = set()
+    order: list[Group] = []
+    pending = sorted(groups, key=lambda grp: graph.position[grp.nodes[0]])
+    while pending:
+        for i, grp in enumerate(pending):
+            if all(d in done for d in p.deps.get(grp.id, ()) if d != grp.id and d in by_id):
+                order.append(grp)
+                done.add(grp.id)
+                del pending[i]
+                break
+        else:  # pragma: no cover - the join rule forbids cycles
+            raise AssertionError("fusion groups depend on each other in a cycle")
+    return order
 
 
 _ = Ref
