@@ -64,8 +64,18 @@ def _flags() -> dict[str, Any]:
     return out
 
 
+def _settle_lazy_patches() -> None:
+    """Import what torch patches lazily before the snapshot: importing ``torch._dynamo`` (done by
+    the torch profiler and by torch.compile) wraps e.g. ``torch.manual_seed``, which would otherwise
+    look like the candidate's doing once the profiling phase imports it."""
+    if torch.cuda.is_available():
+        import torch._dynamo  # noqa: F401
+        import torch.profiler  # noqa: F401
+
+
 class StateSnapshot:
     def __init__(self) -> None:
+        _settle_lazy_patches()
         self.ids = self._ids()
         self.flags = _flags()
 
