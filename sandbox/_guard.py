@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 import threading
 import time
@@ -69,8 +70,8 @@ def _settle_lazy_patches() -> None:
     the torch profiler and by torch.compile) wraps e.g. ``torch.manual_seed``, which would otherwise
     look like the candidate's doing once the profiling phase imports it."""
     if torch.cuda.is_available():
-        import torch._dynamo  # noqa: F401
-        import torch.profiler  # noqa: F401
+        importlib.import_module("torch._dynamo")
+        importlib.import_module("torch.profiler")
 
 
 class StateSnapshot:
