@@ -183,6 +183,9 @@ def _gemm_source(graph: Graph, grp: Group, settings: dict, variant: dict) -> tup
         return "\n".join(lines)
 
     epilogue = chain(grp.epilogue, grp.gemm)
+    if gnode.dtype in ("float16", "bfloat16") and (epilogue or grp.row_reduction):
+        # the reference stores the product in the half type before the next op reads it
+        epilogue = f"acc = {round_to('acc', gnode.dtype)}\n{epilogue}"
     row_first = grp.row_block[-1] if grp.row_block else None
     row_epi = chain(grp.row_epilogue, row_first) if grp.row_epilogue else ""
     prec = variant.get("fp32_precision")

@@ -272,7 +272,9 @@ def _gemm(c: _Ctx, op: str, a: Ref, bm: Ref, shape: tuple, bias: Any = None, alp
     if bias is None and alpha == 1.0:
         c.emit("gemm", op, (a, bm), shape, c.node.dtype, final=True)
         return
-    y = c.emit("gemm", op, (a, bm), shape, "float32" if c.node.dtype == "float32" else c.node.dtype)
+    # bias (addmm, linear): the reference adds it in fp32 before its one rounding, so the bare
+    # product stays fp32; alpha alone scales a product PyTorch also keeps unrounded
+    y = c.emit("gemm", op, (a, bm), shape, "float32")
     if alpha != 1.0:
         y = c.pw("mul", y, float(alpha), final=bias is None, shape=shape)
     if bias is not None:
@@ -403,6 +405,16 @@ def _lower_aten(c: _Ctx) -> bool:
     if op == "addmm.default":
         _gemm(c, "mm", b["mat1"], b["mat2"], n.shape, bias=b["self"], alpha=float(b["alpha"]),
               beta=float(b["beta"]))
+        return True
+    if op == "convolution.default" and b["bias"] is not None and _is_float(n.dtype):
+        # cuDNN adds the bias in a pass of its own; as a pointwise op it fuses with what follows
+        nd = len(n.shape)
+        bias = _channel_view(c, b["bias"], nd)
+        raw = list(n.attrs["args"])
+        raw[2] = None
+        conv = c.emit("opaque", op, tuple(raw), n.shape, n.dtype, {"kwargs": n.attrs["kwargs"]},
+                      name=f"{n.name}_nobias")
+        c.pw("add", conv, bias, final=True, shape=n.shape)
         return True
     if op == "matmul.default":
         sa, sb = c.shape(b["self"]), c.shape(b["other"])

@@ -1,0 +1,86 @@
+"""Graph capture: sizes resolved at run time, model attributes, the make_fx fallback, what stays ATen."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernellab.agents.builtin import CaptureError, build, capture
+from kernellab.agents.builtin.ir import Dyn, Sym
+from kernellab.problem import Problem
+
+HEADS = '''import torch
+
+b = 2
+s = 64
+d = 128
+heads = 8
+SMALL = {"b": 1, "s": 5, "d": 12, "heads": 3}
+
+
+class Model(torch.nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.proj = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        bb, ss, dd = x.shape
+        y = self.proj(x).view(bb, ss, self.heads, dd // self.heads)
+        return torch.softmax(y * (dd // self.heads) ** -0.5, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(b, s, d)]
+
+
+def get_init_inputs():
+    return [d, heads]
+'''
+
+
+def _args(graph, op):
+    return [n for n in graph.nodes if n.op == op]
+
+
+def test_sizes_and_attributes_become_runtime_values(load, close):
+    p = Problem("heads", HEADS)
+    g = capture(p)
+    view = _args(g, "view.default")[0]
+    shape = view.args[1]
+    assert isinstance(shape[0], Sym) and isinstance(shape[1], Sym)
+    assert isinstance(shape[2], Dyn) and shape[2].expr == "self.heads"
+    # d // heads: a quotient of a model attribute (Linear.in_features) and self.heads
+    assert isinstance(shape[3], Dyn) and "//" in shape[3].expr and int(shape[3]) == 16
+    scale = [a for n in g.nodes if n.kind == "pw" for a in n.args if isinstance(a, Dyn)]
+    assert scale and abs(float(scale[0]) - 16 ** -0.5) < 1e-12
+    mod = load(build(p).source)
+    for init, x in [([12, 3], torch.randn(1, 5, 12)), ([128, 8], torch.randn(2, 3, 128))]:
+        torch.manual_seed(0)
+        ref = mod.Model(*init)
+        torch.manual_seed(0)
+        new = mod.ModelNew(*init)
+        with torch.no_grad():
+            close(new(x), ref(x), torch.float32)
+
+
+def test_make_fx_fallback_gives_the_same_ops():
+    p = Problem("heads", HEADS)
+    a, b = capture(p, method="export"), capture(p, method="make_fx")
+    assert a.method == "export" and b.method == "make_fx"
+    assert [n.op for n in a.nodes if n.kind != "input"] == [n.op for n in b.nodes if n.kind != "input"]
+
+
+def test_uncaptured_ops_are_named_and_left_to_pytorch():
+    src = HEADS.replace("return torch.softmax(y * (dd // self.heads) ** -0.5, dim=-1)",
+                        "return torch.cumsum(y, dim=-1), torch.sort(y, dim=-1).values")
+    g = capture(Problem("scan", src))
+    assert "cumsum.default" in g.uncaptured and any(op.startswith("sort") for op in g.uncaptured)
+    code = build(Problem("scan", src))
+    assert "torch.ops.aten.cumsum.default" in code.source and "Left to PyTorch: " in code.source
+
+
+def test_uncapturable_model_names_the_reason():
+    src = HEADS.replace("bb, ss, dd = x.shape", "bb, ss, dd = x.shape\n        if x.sum() > 0:\n            x = -x")
+    with pytest.raises(CaptureError, match="export"):
+        capture(Problem("branchy", src))

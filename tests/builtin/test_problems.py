@@ -1,0 +1,30 @@
+"""Every bundled problem gets a correct builtin seed at SMALL sizes, judged by the sandbox."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernellab import sandbox
+from kernellab.agents.builtin import build
+from kernellab.problem import load_problem
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBLEMS = sorted((ROOT / "experiments" / "problems").rglob("*.py"))
+# ops the builtin has no kernel family for yet (scan, gather, pooling): the seed is PyTorch only
+LIBRARY_ONLY = {"cumsum", "embedding", "maxpool2d"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", PROBLEMS, ids=[f"{p.parent.name}/{p.stem}" for p in PROBLEMS])
+def test_seed_is_correct(path):
+    problem = load_problem(path)
+    code = build(problem)
+    assert code.meta["actions"] == []
+    if path.stem in LIBRARY_ONLY:
+        assert code.meta["kernels"] == 0, "a kernel family landed: take the problem off LIBRARY_ONLY"
+    else:
+        assert code.meta["kernels"] >= 1, code.meta["groups"]
+    result = sandbox.evaluate(problem, code.source, small=True, device="cpu", trials=2, timing=False)
+    assert result["status"] == "correct", f"{result['status']}: {result['error_text']}"
