@@ -260,7 +260,12 @@ def build_graph(ctx: Context) -> StateGraph:
             full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == "full"]
             if not full or full[0]["status"] != "correct":
                 continue
-            summary = ctx.tune(problem, c) or {}
+            try:
+                summary = ctx.tune(problem, c) or {}
+            except ctx.fatal:
+                raise
+            except Exception as exc:  # a space the tuner cannot read costs the tuning, not the campaign
+                summary = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
             ctx.event("tune", {"candidate_id": c["id"], **summary})
         return {}
 

@@ -153,8 +153,9 @@ def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: A
     def tune(problem: Problem, cand: dict) -> dict | None:
         if config.tune_trials <= 0:
             return None
-        return search.tune(problem, cand, store=store, executor=executor, n_trials=config.tune_trials,
-                           seed=config.seed, small=config.small, device=device)
+        result = search.tune(problem, cand, store=store, executor=executor, n_trials=config.tune_trials,
+                             seed=config.seed, small=config.small, device=device)
+        return asdict(result)
 
     def profile(problem: Problem, cand: dict, best: dict) -> tuple[list, str | None]:
         if device != "cuda":

@@ -167,7 +167,12 @@ def _apply_config(mod: Any, config: dict | None) -> None:
     unknown = [k for k in config if k not in cfg and k not in space]
     if unknown:
         raise _LoadError("config", f"config keys {unknown} are in neither CONFIG nor SPACE of the candidate")
-    cfg.update(config)
+    for k, v in config.items():
+        # per-kernel parameters (CONFIG = {"gemm1": {"BLOCK_M": 128, ...}}) merge, not replace
+        if isinstance(v, dict) and isinstance(cfg.get(k), dict):
+            cfg[k].update(v)
+        else:
+            cfg[k] = v
 
 
 def _reference(w: Any, job: dict, state: dict, d: dict) -> None:

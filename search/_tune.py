@@ -60,6 +60,43 @@ def read_space(source: str) -> tuple[dict | None, dict | None]:
     return found.get("SPACE"), found.get("CONFIG")
 
 
+SEP = "."
+
+
+def flatten_space(space: Any, config: dict | None) -> tuple[Any, dict | None]:
+    """Per-kernel parameters: a SPACE entry may be a dict of its own (``{"gemm1": {"BLOCK_M": [...]}}``,
+    as the builtin agents write one entry per kernel); Optuna sees ``"gemm1.BLOCK_M"``. CONFIG is
+    flattened alike; :func:`unflatten` gives the candidate back its nested form."""
+    if not isinstance(space, dict) or not any(isinstance(v, dict) for v in space.values()):
+        return space, config
+    flat_space: dict[str, Any] = {}
+    for k, v in space.items():
+        if isinstance(v, dict):
+            flat_space.update({f"{k}{SEP}{ik}": iv for ik, iv in v.items()})
+        else:
+            flat_space[k] = v
+    flat_config: dict[str, Any] = {}
+    for k, v in (config or {}).items():
+        if isinstance(v, dict):
+            flat_config.update({f"{k}{SEP}{ik}": iv for ik, iv in v.items()})
+        else:
+            flat_config[k] = v
+    return flat_space, flat_config
+
+
+def unflatten(config: dict, nested: bool) -> dict:
+    if not nested:
+        return dict(config)
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        if SEP in k:
+            outer, inner = k.split(SEP, 1)
+            out.setdefault(outer, {})[inner] = v
+        else:
+            out[k] = v
+    return out
+
+
 def parse_space(space: Any, config: dict | None = None) -> dict[str, Any]:
     """Optuna distributions for ``SPACE`` (DESIGN.md "Candidate contract"): a list of choices, an
     ``(low, high)`` range (ints, or floats), or ``(low, high, "log")``. ``config`` values of tuned
@@ -190,11 +227,13 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
         space = candidate.get("space")  # JSON: every list is a choice list (ranges need the source literal)
     if space is None:
         raise SpaceError(f"candidate {candidate['id']} has no SPACE to tune")
+    nested = isinstance(space, dict) and any(isinstance(v, dict) for v in space.values())
+    space, config = flatten_space(space, config)
     dists = parse_space(space, config)
     config = dict(config or {})
     size = space_size(dists)
     runner = _Runner(problem, candidate["source"], executor=executor, small=small, device=device, trials=trials,
-                     store=store)
+                     store=store, nested=nested)
     parallel = max(1, parallel or runner.workers)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -250,7 +289,7 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
         done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
         for fut in done:
             trial = in_flight.pop(fut)
-            result = _result_of(fut, {**config, **trial.params})
+            result = _result_of(fut, unflatten({**config, **trial.params}, nested))
             store.add_evaluation(candidate["id"], result, kind="trial")
             state, value = _judge(trial, result)
             seen[canonical_json(trial.params)] = (state, value, trial.number)
@@ -260,7 +299,7 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
     ranked = sorted((v, n) for s, v, n in seen.values() if s == "COMPLETE" and v is not None)
     configs = [{**config, **study.trials[n].params} for _, n in ranked[:retime_top]]
     futures = [runner.submit(c, False) for c in configs]
-    retimes = [_result_of(f, c) for f, c in zip(futures, configs, strict=True)]
+    retimes = [_result_of(f, unflatten(c, nested)) for f, c in zip(futures, configs, strict=True)]
     for r in retimes:
         store.add_evaluation(candidate["id"], r, kind="retime")
     retimed = [{"config": r["config"], "status": r["status"], "median_ms": r.get("median_ms")} for r in retimes]
@@ -344,9 +383,10 @@ class _Runner:
     QUICK_TARGET_MS = 50.0  # timed work per trial on the GPU (the sandbox's full timing aims at 300 ms)
 
     def __init__(self, problem: Any, source: str, *, executor: Any, small: bool | None, device: str | None,
-                 trials: int, store: Any = None):
+                 trials: int, store: Any = None, nested: bool = False):
         from kernellab import sandbox
 
+        self.nested = nested
         self.sandbox = sandbox
         self.executor = executor or sandbox.default_executor()
         self.problem, self.source, self.store = problem, source, store
@@ -364,6 +404,6 @@ class _Runner:
             extra["timing_target_ms"] = self.QUICK_TARGET_MS
         if quick and stop_above_ms is not None and "stop_above_ms" in self.fields:
             extra["stop_above_ms"] = stop_above_ms
-        job = self.sandbox.EvalJob(self.problem, self.source, config=config, small=self.small, device=self.device,
+        job = self.sandbox.EvalJob(self.problem, self.source, config=unflatten(config, self.nested), small=self.small, device=self.device,
                                    trials=self.trials if quick else 5, store=self.store, **extra)
         return self.executor.submit(job)
