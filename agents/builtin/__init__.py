@@ -9,8 +9,21 @@ action; rule-based roles in ``agents.py``.
 
 from __future__ import annotations
 
-from .actions import (Action, Fuse, KeepRowOut, LibraryGemm, Persistent, Precision, ReductionMode, SetConfig,
-                      Split, SplitK, State, ToTorch, action_from_dict)
+from .actions import (
+    Action,
+    Fuse,
+    KeepRowOut,
+    LibraryGemm,
+    Persistent,
+    Precision,
+    ReductionMode,
+    SetConfig,
+    Split,
+    SplitK,
+    State,
+    ToTorch,
+    action_from_dict,
+)
 from .agents import BuiltinAgents, candidate_actions, profile_reference, seed
 from .build import build, built, graph_of
 from .capture import CaptureError, capture

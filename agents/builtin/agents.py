@@ -21,8 +21,19 @@ from typing import Any
 from kernellab.problem import Problem
 
 from ..roles import Analysis, Code, Diagnosis, Proposal
-from .actions import (Action, KeepRowOut, LibraryGemm, Persistent, Precision, ReductionMode, SetConfig,
-                      Split, SplitK, ToTorch, action_from_dict)
+from .actions import (
+    Action,
+    KeepRowOut,
+    LibraryGemm,
+    Persistent,
+    Precision,
+    ReductionMode,
+    SetConfig,
+    Split,
+    SplitK,
+    ToTorch,
+    action_from_dict,
+)
 from .build import Built, build, built
 from .codegen import allow_tf32
 from .cost import CEILING_BW, group_costs, peak_flops

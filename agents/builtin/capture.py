@@ -316,7 +316,7 @@ def _resolve_sizes(full: Graph, small: Graph) -> None:
         if n.kind in ("input", "param") and n.shape and shapes_small.get(n.name):
             atoms += [(f"{n.name}.shape[{i}]", d, shapes_small[n.name][i], (n.name,)) for i, d in enumerate(n.shape)]
     ctx = {"seen": [], "shapes_small": shapes_small, "atoms": atoms}
-    for nf, ns in zip(full.nodes, small.nodes):
+    for nf, ns in zip(full.nodes, small.nodes, strict=True):
         if nf.kind == "aten":
             for key in ("bound", "args", "kwargs"):
                 nf.attrs[key] = _merge(nf.attrs[key], ns.attrs[key], nf, ctx)
@@ -338,7 +338,7 @@ def _merge(a: Any, b: Any, node: Node, ctx: dict, top: bool = True) -> Any:
             raise CaptureError(f"{node.name}: the constant {a} (SMALL: {b}) matches no size or model attribute")
         return found
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
-        out = [_merge(x, y, node, ctx, top=False) for x, y in zip(a, b)]
+        out = [_merge(x, y, node, ctx, top=False) for x, y in zip(a, b, strict=True)]
         holes = [i for i, x in enumerate(out) if x is _UNRESOLVED]
         # a view's target shape may leave one size for PyTorch to infer
         if len(holes) == 1 and -1 not in out and node.op.split(".")[0] in ("view", "reshape", "_unsafe_view"):

@@ -454,7 +454,7 @@ class _Gen:
         L.append(f"    dev = next((t.device for t in ts if t.dim()), {first}.device)" if first else "    dev = None")
         red = self.red
         outs = []
-        for k, o in enumerate(self.operands):
+        for o in self.operands:
             if not o.is_output:
                 continue
             node = self.g.node(o.value)

@@ -6,7 +6,8 @@ and activation all reach the partitioner as one epilogue chain. Anything else st
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .ir import FLOAT_DTYPES, Graph, Node, Ref, Sym
 

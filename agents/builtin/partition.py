@@ -86,7 +86,7 @@ def reduce_runs_ok(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
 def _broadcasts(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
     if len(small) > len(big):
         return False
-    return all(s in (1, b) for s, b in zip(reversed(small), reversed(big)))
+    return all(s in (1, b) for s, b in zip(reversed(small), reversed(big), strict=False))
 
 
 def _reduced(shape: tuple[int, ...], dims: tuple[int, ...], keepdim: bool) -> tuple[int, ...]:

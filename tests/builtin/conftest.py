@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from kernellab.sandbox._interp import apply_numpy_shim
 
 # Triton 3.6's interpreter cannot turn runtime loop bounds into ints under NumPy >= 2.4; the sandbox
@@ -36,7 +35,7 @@ def assert_close(out, ref, dtype: torch.dtype, atol: float | None = None, rtol: 
     outs = out if isinstance(out, (tuple, list)) else (out,)
     refs = ref if isinstance(ref, (tuple, list)) else (ref,)
     assert len(outs) == len(refs)
-    for o, e in zip(outs, refs):
+    for o, e in zip(outs, refs, strict=True):
         assert o.shape == e.shape, f"shape {tuple(o.shape)} != reference {tuple(e.shape)}"
         assert o.dtype == e.dtype, f"dtype {o.dtype} != reference {e.dtype}"
         of, ef = o.float(), e.float()

@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from kernellab.agents.builtin import (BuiltinAgents, KeepRowOut, LibraryGemm, Persistent, Precision, ReductionMode,
-                                      SetConfig, Split, SplitK, ToTorch, action_from_dict, build, built, seed)
+from kernellab.agents.builtin import (
+    BuiltinAgents,
+    KeepRowOut,
+    LibraryGemm,
+    Persistent,
+    Precision,
+    ReductionMode,
+    SetConfig,
+    Split,
+    SplitK,
+    ToTorch,
+    action_from_dict,
+    build,
+    built,
+    seed,
+)
 from kernellab.agents.builtin.actions import ACTIONS, Fuse
 from kernellab.agents.roles import Agents, Proposal
+
 from kernellab.problem import Problem
 
 LINEAR_SOFTMAX = '''import torch
