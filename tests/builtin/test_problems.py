@@ -28,3 +28,11 @@ def test_seed_is_correct(path):
         assert code.meta["kernels"] >= 1, code.meta["groups"]
     result = sandbox.evaluate(problem, code.source, small=True, device="cpu", trials=2, timing=False)
     assert result["status"] == "correct", f"{result['status']}: {result['error_text']}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", PROBLEMS, ids=[f"{p.parent.name}/{p.stem}" for p in PROBLEMS])
+def test_seed_is_correct_on_gpu_at_full_size(path):
+    problem = load_problem(path)
+    result = sandbox.evaluate(problem, build(problem).source, small=False, device="cuda", trials=3, timing=False)
+    assert result["status"] == "correct", f"{result['status']}: {result['error_text']}"
