@@ -55,11 +55,12 @@ def test_sizes_and_attributes_become_runtime_values(load, close):
     scale = [a for n in g.nodes if n.kind == "pw" for a in n.args if isinstance(a, Dyn)]
     assert scale and abs(float(scale[0]) - 16 ** -0.5) < 1e-12
     mod = load(build(p).source)
-    for init, x in [([12, 3], torch.randn(1, 5, 12)), ([128, 8], torch.randn(2, 3, 128))]:
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    for init, x in [([12, 3], torch.randn(1, 5, 12, device=dev)), ([128, 8], torch.randn(2, 3, 128, device=dev))]:
         torch.manual_seed(0)
-        ref = mod.Model(*init)
+        ref = mod.Model(*init).to(dev)
         torch.manual_seed(0)
-        new = mod.ModelNew(*init)
+        new = mod.ModelNew(*init).to(dev)
         with torch.no_grad():
             close(new(x), ref(x), torch.float32)
 

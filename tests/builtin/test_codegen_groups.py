@@ -14,6 +14,7 @@ from kernellab.agents.builtin import ReductionMode, SetConfig, build, built
 from kernellab.problem import Problem
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # CPU tensors run in the Triton interpreter
 _NAME = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
@@ -48,10 +49,10 @@ def run(load, close, p: Problem, cases: list[tuple[list, list]], dtype: torch.dt
     mod = load(code.source)
     for init, inputs in cases:
         torch.manual_seed(0)
-        ref = mod.Model(*init).to(dtype).eval()
+        ref = mod.Model(*init).to(DEV, dtype).eval()
         torch.manual_seed(0)
-        new = mod.ModelNew(*init).to(dtype).eval()
-        xs = [x.to(dtype) if x.is_floating_point() else x for x in inputs]
+        new = mod.ModelNew(*init).to(DEV, dtype).eval()
+        xs = [(x.to(dtype) if x.is_floating_point() else x).to(DEV) for x in inputs]
         with torch.no_grad():
             close(new(*xs), ref(*xs), dtype, atol, rtol)
 
