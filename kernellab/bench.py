@@ -130,29 +130,52 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, allow_library: bool = False,
-              out_dir: Path = RESULTS, progress: Any = None) -> tuple[dict, Path, Path]:
+              out_dir: Path = RESULTS, progress: Any = None, jobs: int = 1) -> tuple[dict, Path, Path]:
+    """``jobs`` campaigns run at once (threads sharing one sandbox executor): loading, compiling and
+    checking overlap while the executor still allows one timing per GPU at a time. The result files are
+    rewritten after every finished problem, so an interrupted bench keeps what it measured."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kernellab import sandbox
+
     paths = suite_paths(suite)
     problems = [load_problem(p) for p in paths]  # all-or-nothing: a bad file stops before any work
     stamp = _dt.datetime.now(_dt.timezone.utc)
     device = config_kw.get("device") or env.default_device()
-    rows = []
-    for prob, path in zip(problems, paths):
-        cfg = CampaignConfig(problems=[str(path)], **config_kw)
-        cid = start_campaign(store, cfg, name=f"bench-{Path(suite).stem}-{prob.name}-{stamp.strftime('%Y%m%d-%H%M%S')}")
-        if progress is not None:
-            progress.update(problem=prob.name)
-        run_campaign(store, cid, progress=progress)
-        rows.append(problem_row(store, cid, cfg.objective, allow_library))
-    versions = env.versions()
-    result = {"suite": suite, "date": stamp.isoformat(timespec="seconds"), "device": env.device_name(device),
-              "versions": versions, "config": {k: v for k, v in config_kw.items()},
-              "allow_library": allow_library, "summary": summarize(rows), "problems": rows}
     slug = re.sub(r"[^a-z0-9]+", "-", env.device_name(device).lower()).strip("-")[:24]
     stem = f"{stamp.strftime('%Y-%m-%d')}-{slug}-{name or Path(suite).stem}"
     out_dir.mkdir(parents=True, exist_ok=True)
     jpath, mpath = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-    jpath.write_text(json.dumps(result, indent=2, default=str))
-    mpath.write_text(to_markdown(result))
+    rows: dict[int, dict] = {}
+    result: dict[str, Any] = {}
+
+    def write() -> None:
+        ordered = [rows[i] for i in sorted(rows)]
+        result.update({"suite": suite, "date": stamp.isoformat(timespec="seconds"), "device": env.device_name(device),
+                       "versions": env.versions(), "config": dict(config_kw), "allow_library": allow_library,
+                       "complete": len(ordered) == len(problems), "summary": summarize(ordered), "problems": ordered})
+        jpath.write_text(json.dumps(result, indent=2, default=str))
+        mpath.write_text(to_markdown(result))
+
+    executor = sandbox.LocalExecutor()
+
+    def one(i: int) -> None:
+        prob, path = problems[i], paths[i]
+        cfg = CampaignConfig(problems=[str(path)], **config_kw)
+        cid = start_campaign(store, cfg, name=f"bench-{Path(suite).stem}-{prob.name}-{stamp.strftime('%Y%m%d-%H%M%S')}")
+        if progress is not None:
+            progress.update(problem=prob.name)
+        run_campaign(store, cid, progress=progress, executor=executor)
+        rows[i] = problem_row(store, cid, cfg.objective, allow_library)
+        write()
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for fut in [pool.submit(one, i) for i in range(len(problems))]:
+                fut.result()
+    finally:
+        executor.shutdown()
+    write()
     return result, jpath, mpath
 
 

@@ -357,11 +357,12 @@ def export(campaign: str, problem: str | None, output: str | None, db: str, as_j
 @click.option("--name", default=None, help="Name in the result files (default: the suite's).")
 @click.option("--allow-library", is_flag=True, help="Count library-only candidates as wins.")
 @click.option("--out-dir", type=click.Path(), default=None, help="Where the result files go (default experiments/results).")
+@click.option("--jobs", default=1, show_default=True, help="Campaigns run at once (one timing per GPU at a time still).")
 @db_option
 @json_option
 @_errors
-def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None, db: str, as_json: bool,
-          device: str, **opts: Any) -> None:
+def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None, jobs: int, db: str,
+          as_json: bool, device: str, **opts: Any) -> None:
     """Run a campaign per problem of SUITE (a name in experiments/suites/, a suite file or a folder)
     and write experiments/results/<date>-<device>-<name>.json and .md: per problem the best speedup vs
     eager and torch.compile (p20-p80), evaluations and time to the best, the winning action chain;
@@ -378,7 +379,8 @@ def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None
     try:
         with Progress(enabled=None if not as_json else False) as progress:
             result, jpath, mpath = run_bench(suite, store, kw, name=name, allow_library=allow_library,
-                                             out_dir=Path(out_dir) if out_dir else RESULTS, progress=progress)
+                                             out_dir=Path(out_dir) if out_dir else RESULTS, progress=progress,
+                                             jobs=jobs)
     except (FileNotFoundError, CampaignError) as exc:
         raise UsageFailure(str(exc)) from None
     if as_json:

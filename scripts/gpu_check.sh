@@ -36,7 +36,9 @@ for step in "${steps[@]}"; do
     gemm)    $PY experiments/bench_gemm_templates.py 2>&1 | tee "$OUT/gemm.log" ;;
     tuning)  $PY experiments/bench_tuning.py 2>&1 | tee "$OUT/tuning.log" ;;
     builtin) $PY experiments/bench_builtin.py 2>&1 | tee "$OUT/builtin.log" ;;
-    bench:*) $PY -m kernellab.cli bench "${step#bench:}" --db "$OUT/bench.db" 2>&1 | tee "$OUT/bench.log" ;;
+    bench:*) # BENCH_ARGS e.g. "--budget 4 --jobs 8"; BENCH_TIMEOUT bounds it so the results still come back
+      timeout "${BENCH_TIMEOUT:-3000}" $PY -m kernellab.cli bench "${step#bench:}" --db "$OUT/bench.db" ${BENCH_ARGS:-} 2>&1 \
+        | tee "$OUT/bench.log" ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
 done
