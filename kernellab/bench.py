@@ -157,7 +157,9 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
         jpath.write_text(json.dumps(result, indent=2, default=str))
         mpath.write_text(to_markdown(result))
 
-    executor = sandbox.LocalExecutor()
+    # Workers share the GPU's memory evenly; full-size memory-bound problems hold several GB of inputs
+    # and reference outputs per trial, so more than 4 workers per GPU run out of memory.
+    executor = sandbox.LocalExecutor(workers_per_gpu=max(1, min(jobs, 4)))
 
     def one(i: int) -> None:
         prob, path = problems[i], paths[i]
@@ -165,8 +167,17 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
         cid = start_campaign(store, cfg, name=f"bench-{Path(suite).stem}-{prob.name}-{stamp.strftime('%Y%m%d-%H%M%S')}")
         if progress is not None:
             progress.update(problem=prob.name)
-        run_campaign(store, cid, progress=progress, executor=executor)
+        try:
+            run_campaign(store, cid, progress=progress, executor=executor)
+        except Exception as exc:  # one broken campaign is a row that says so, not a lost bench
+            store.add_event(cid, "error", {"error": f"{type(exc).__name__}: {exc}"[:2000]})
+            import traceback
+
+            traceback.print_exc()
         rows[i] = problem_row(store, cid, cfg.objective, allow_library)
+        errors = [e["payload"]["error"] for e in store.events(cid, "error")]
+        if errors:
+            rows[i]["campaign_error"] = errors[-1]
         write()
 
     try:

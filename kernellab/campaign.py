@@ -160,7 +160,8 @@ def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: A
     def profile(problem: Problem, cand: dict, best: dict) -> tuple[list, str | None]:
         if device != "cuda":
             return [], "no CUDA device: Nsight Compute profiling skipped"
-        return sandbox.profile(problem, cand["source"], config=best.get("config") or None)
+        rows = sandbox.profile(problem, cand["source"], config=best.get("config") or None)
+        return list(rows), getattr(rows, "reason", None)
 
     fatal: tuple = ()
     if config.llm != "builtin":

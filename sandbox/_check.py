@@ -98,41 +98,75 @@ def poison(sizes: list[tuple[int, torch.device]], copies: int = 4) -> None:
     del keep
 
 
+_CHUNK = 1 << 24  # elements compared at a time: full-size outputs (~1e9 elements) in float64 would
+# need tens of GB next to the problem's own tensors; chunks keep the check's memory small and fixed.
+
+
 def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> dict[str, Any]:
     """Compare one output; returns a dict with ``ok``, ``error_class`` (when not ok), errors, and the
     first mismatched indices (Liger style: what a person debugging the kernel looks at first)."""
-    r = ref.detach().double()
-    o = out.detach().double()
-    res: dict[str, Any] = {"ok": True}
-    r_fin, o_fin = torch.isfinite(r), torch.isfinite(o)
-    # NaN/Inf rule: where the reference is finite, the candidate must be finite; where it is not,
-    # the candidate must hold the same non-finite value (NaN where NaN, +Inf where +Inf).
-    bad_nf = (r_fin & ~o_fin) | (~r_fin & ~((torch.isnan(r) & torch.isnan(o)) | (r == o)))
-    both = r_fin & o_fin
-    diff = torch.where(both, (r - o).abs(), torch.zeros_like(r))
-    # relative to |reference| + atol, so that elements near zero do not report huge ratios
-    rel = diff / (r.abs() + atol)
-    res["max_abs_err"] = float(diff.max()) if diff.numel() else 0.0
-    res["max_rel_err"] = float(rel.max()) if diff.numel() else 0.0
-    bad_close = both & (diff > atol + rtol * r.abs())
-    if bool(bad_nf.any()):
-        idx = bad_nf.nonzero()[:_FIRST_BAD].tolist()
+    shape = tuple(ref.shape)
+    rflat, oflat = ref.detach().reshape(-1), out.detach().reshape(-1)
+    n = rflat.numel()
+    max_abs = max_rel = 0.0
+    n_nf = n_close = 0
+    first_nf: list[int] = []
+    first_close: list[int] = []
+    close_vals: list[tuple[float, float]] = []
+    err_sq = ref_sq = 0.0
+    for lo in range(0, max(n, 1), _CHUNK):
+        r = rflat[lo:lo + _CHUNK].double()
+        o = oflat[lo:lo + _CHUNK].double()
+        if r.numel() == 0:
+            break
+        r_fin, o_fin = torch.isfinite(r), torch.isfinite(o)
+        # NaN/Inf rule: where the reference is finite, the candidate must be finite; where it is not,
+        # the candidate must hold the same non-finite value (NaN where NaN, +Inf where +Inf).
+        bad_nf = (r_fin & ~o_fin) | (~r_fin & ~((torch.isnan(r) & torch.isnan(o)) | (r == o)))
+        both = r_fin & o_fin
+        diff = torch.where(both, (r - o).abs(), torch.zeros_like(r))
+        # relative to |reference| + atol, so that elements near zero do not report huge ratios
+        max_abs = max(max_abs, float(diff.max()))
+        max_rel = max(max_rel, float((diff / (r.abs() + atol)).max()))
+        bad_close = both & (diff > atol + rtol * r.abs())
+        k = int(bad_nf.sum())
+        if k:
+            n_nf += k
+            if len(first_nf) < _FIRST_BAD:
+                first_nf += (bad_nf.nonzero().flatten()[:_FIRST_BAD] + lo).tolist()
+        k = int(bad_close.sum())
+        if k:
+            n_close += k
+            if len(first_close) < _FIRST_BAD:
+                idx = bad_close.nonzero().flatten()[:_FIRST_BAD - len(first_close)]
+                first_close += (idx + lo).tolist()
+                close_vals += [(float(r[i]), float(o[i])) for i in idx.tolist()]
+        err_sq += float(torch.where(both, (r - o) ** 2, torch.zeros_like(r)).sum())
+        ref_sq += float(torch.where(both, r * r, torch.zeros_like(r)).sum())
+    res: dict[str, Any] = {"ok": True, "max_abs_err": max_abs, "max_rel_err": max_rel}
+
+    def unravel(flat: list[int]) -> list[list[int]]:
+        if not shape:
+            return [[] for _ in flat]
+        return [[int(v) for v in t] for t in zip(*torch.unravel_index(torch.tensor(flat), shape))]
+
+    if n_nf:
+        idx = unravel(first_nf[:_FIRST_BAD])
         res.update(ok=False, error_class="nan", first_bad=idx,
-                   message=f"{int(bad_nf.sum())} non-finite values where the reference differs (first at {idx})")
+                   message=f"{n_nf} non-finite values where the reference differs (first at {idx})")
         return res
-    if bool(bad_close.any()):
-        idx = bad_close.nonzero()[:_FIRST_BAD].tolist()
-        vals = [(float(r[tuple(i)]), float(o[tuple(i)])) for i in idx] if r.dim() else [(float(r), float(o))]
+    if n_close:
+        idx = unravel(first_close[:_FIRST_BAD])
+        vals = close_vals[:_FIRST_BAD]
         res.update(ok=False, error_class="mismatch", first_bad=idx, first_bad_values=vals,
-                   mismatched=int(bad_close.sum()), total=int(r.numel()),
-                   message=f"{int(bad_close.sum())}/{r.numel()} elements differ beyond atol={atol:g} rtol={rtol:g}; "
+                   mismatched=n_close, total=n,
+                   message=f"{n_close}/{n} elements differ beyond atol={atol:g} rtol={rtol:g}; "
                            f"first at {idx} (reference, candidate) = {vals[:3]}")
         return res
-    rf, of = r[both], o[both]
-    denom = float(rf.norm())
-    rel_norm = float((rf - of).norm()) / denom if denom > 0 else float((rf - of).norm())
+    err, denom = err_sq ** 0.5, ref_sq ** 0.5
+    rel_norm = err / denom if denom > 0 else err
     res["rel_norm"] = rel_norm
-    if rel_norm > max(NORM_FACTOR * rtol, 1e-6) and float((rf - of).norm()) > atol:
+    if rel_norm > max(NORM_FACTOR * rtol, 1e-6) and err > atol:
         res.update(ok=False, error_class="mismatch",
                    message=f"relative L2 error {rel_norm:.3g} exceeds {max(NORM_FACTOR * rtol, 1e-6):.3g}")
     return res
