@@ -153,7 +153,8 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
         ordered = [rows[i] for i in sorted(rows)]
         result.update({"suite": suite, "date": stamp.isoformat(timespec="seconds"), "device": env.device_name(device),
                        "versions": env.versions(), "config": dict(config_kw), "allow_library": allow_library,
-                       "complete": len(ordered) == len(problems), "summary": summarize(ordered), "problems": ordered})
+                       "problems_total": len(problems), "complete": len(ordered) == len(problems),
+                       "summary": summarize(ordered), "problems": ordered})
         jpath.write_text(json.dumps(result, indent=2, default=str))
         mpath.write_text(to_markdown(result))
 
@@ -203,6 +204,10 @@ def to_markdown(result: dict) -> str:
              f"Config: {json.dumps(result['config'], sort_keys=True)}", ""]
     if s["interpreted"]:
         lines += ["**Interpreted run (no CUDA device): correctness only, no speedup is claimed.**", ""]
+    total = result.get("problems_total", s["problems"])
+    if total != s["problems"]:
+        lines += [f"**Incomplete run: {s['problems']} of the suite's {total} problems finished; the fractions "
+                  "below are over the finished problems.**", ""]
     lines += ["## Summary", "", f"{s['correct']}/{s['problems']} problems correct.", "",
               "| measure | vs eager | vs torch.compile |", "|---|---|---|"]
     for p in THRESHOLDS:

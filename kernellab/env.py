@@ -33,6 +33,9 @@ def device_name(device: str | None = None) -> str:
 
 @functools.lru_cache(maxsize=None)
 def git_commit() -> str | None:
+    # a copy without .git (e.g. the working tree sent to a GPU host) names its commit in the environment
+    if os.environ.get("KERNELLAB_COMMIT"):
+        return os.environ["KERNELLAB_COMMIT"]
     root = Path(__file__).resolve().parent.parent
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
