@@ -115,8 +115,11 @@ def _problems_of(store: Any, camp: dict) -> dict[str, Problem]:
     return out
 
 
-def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: Any = None) -> dict:
-    """Run (or continue) a campaign to the end of its budgets; returns the store's summary."""
+def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: Any = None,
+                 agents: Any = None) -> dict:
+    """Run (or continue) a campaign to the end of its budgets; returns the store's summary.
+    ``agents`` replaces the backend the campaign's ``llm`` names (any object implementing
+    ``kernellab.agents.roles.Agents``, e.g. ``make_agents(..., http_client=...)`` for a custom transport)."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from kernellab import sandbox, search
@@ -128,7 +131,7 @@ def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: A
     cfg_dict = {k: v for k, v in camp["config"].items() if k in CampaignConfig.__dataclass_fields__}
     config = CampaignConfig(**cfg_dict)
     problems = _problems_of(store, camp)
-    agents = make_agents(config, store, camp["id"])
+    agents = agents if agents is not None else make_agents(config, store, camp["id"])
     device = config.device or env.default_device()
     own_executor = executor is None
     executor = executor or sandbox.LocalExecutor()
@@ -201,8 +204,8 @@ def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: A
     return store.summary(camp["id"])
 
 
-def resume_campaign(store: Any, ref: str, progress: Any = None, executor: Any = None) -> dict:
+def resume_campaign(store: Any, ref: str, progress: Any = None, executor: Any = None, agents: Any = None) -> dict:
     camp = store.get_campaign(ref)
     if camp is None:
         raise CampaignError(f"no campaign {ref!r} in {store.path}")
-    return run_campaign(store, camp["id"], progress=progress, executor=executor)
+    return run_campaign(store, camp["id"], progress=progress, executor=executor, agents=agents)
