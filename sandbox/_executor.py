@@ -20,6 +20,7 @@ import atexit
 import concurrent.futures as cf
 import itertools
 import json
+import math
 import os
 import queue
 import shutil
@@ -69,7 +70,15 @@ class Limits:
 class EvalJob:
     """One evaluation. ``small=None``: SMALL sizes on the CPU, full sizes on CUDA; ``device=None``:
     CUDA when available. ``store`` (optional) caches the torch.compile baseline; ``tag`` is the
-    caller's, returned untouched in ``result["details"]["tag"]``."""
+    caller's, returned untouched in ``result["details"]["tag"]``.
+
+    ``timing_target_ms`` asks for a cheaper timing (Optuna trials): the same method, aiming at this
+    much timed work instead of the full timing's ``GPU_TARGET_MS`` (300 ms), with the repetition
+    bounds scaled down alike (``_timing.rep_bounds``; on the CPU the wall-clock timing shrinks by the
+    same ratio). ``stop_above_ms`` stops the timing when the candidate's median over its first
+    repetitions (5 on the GPU, 3 on the CPU) is already above it: the result is still ``correct``
+    (every correctness and integrity check has run), its timings cover those repetitions, and
+    ``details.early_stopped`` is True. A timing that has no repetitions left to skip is complete."""
 
     problem: Problem
     source: str
@@ -81,6 +90,8 @@ class EvalJob:
     limits: Limits | None = None
     store: Any = field(default=None, repr=False)
     tag: Any = None
+    timing_target_ms: float | None = None
+    stop_above_ms: float | None = None
 
 
 class Executor(abc.ABC):
@@ -206,6 +217,48 @@ class _Worker:
 _SENTINEL = object()
 
 
+class _GpuClock:
+    """The device seconds one job costs, as the executor sees them (``details.gpu_s``; definition in
+    ``_result``): ``lock_s`` while the job holds its GPU's timing lock, ``run_s`` from the candidate's
+    first call to the end of the job outside the lock (waits for the lock count nowhere)."""
+
+    def __init__(self) -> None:
+        self.lock_s = self.run_s = 0.0
+        self._run_since: float | None = None
+        self._held_since: float | None = None
+        self._started = False
+
+    def start(self, now: float) -> None:
+        if not self._started:
+            self._started = True
+            self._run_since = now
+
+    def pause(self) -> None:
+        if self._run_since is not None:
+            self.run_s += time.monotonic() - self._run_since
+            self._run_since = None
+
+    def hold(self) -> None:
+        self._held_since = time.monotonic()
+
+    def release(self) -> None:
+        if self._held_since is not None:
+            self.lock_s += time.monotonic() - self._held_since
+            self._held_since = None
+        if self._started and self._run_since is None:
+            self._run_since = time.monotonic()
+
+    def stop(self) -> None:
+        self.pause()
+        if self._held_since is not None:
+            self.lock_s += time.monotonic() - self._held_since
+            self._held_since = None
+
+    @property
+    def total(self) -> float:
+        return self.lock_s + self.run_s
+
+
 class LocalExecutor(Executor):
     """A pool of sandbox worker processes on this host (see the module docstring).
 
@@ -250,6 +303,11 @@ class LocalExecutor(Executor):
             raise SandboxError(f"device must be 'cpu' or 'cuda', not {job.device!r}")
         if kind == "cuda" and not self._gpus:
             raise SandboxError("device 'cuda' was asked for but no CUDA device is visible")
+        for name in ("timing_target_ms", "stop_above_ms"):
+            v = getattr(job, name)
+            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                      and math.isfinite(v) and v > 0):
+                raise SandboxError(f"{name} must be a positive number of milliseconds or None, got {v!r}")
         small = job.small if job.small is not None else (kind == "cpu")
         job = replace(job, device=kind, small=bool(small), limits=job.limits or self.limits)
         fut: cf.Future = cf.Future()
@@ -374,7 +432,9 @@ class LocalExecutor(Executor):
             bl_fut, need = self._baseline_future(job, key)
         payload = {"job_id": job_id, "problem": job.problem, "source": job.source, "config": job.config,
                    "small": job.small, "trials": job.trials, "timing": job.timing, "need_baseline": need,
-                   "max_jobs": self.max_jobs_per_worker}
+                   "max_jobs": self.max_jobs_per_worker, "timing_target_ms": job.timing_target_ms,
+                   "stop_above_ms": job.stop_above_ms}
+        clock = _GpuClock()
         offset = w.log_size()
         lock = self._gpu_locks.get(gpu) if w.kind == "cuda" else None
         locked = False
@@ -393,16 +453,22 @@ class LocalExecutor(Executor):
                     w.proc.wait(timeout=30)
                 if msg is not None:
                     if msg[0] == "phase":
-                        phase, deadline = msg[1], time.monotonic() + limits.of(msg[1])
+                        now = time.monotonic()
+                        phase, deadline = msg[1], now + limits.of(msg[1])
+                        if phase == "compile":  # the candidate's first call
+                            clock.start(now)
                     elif msg[0] == "lock":
+                        clock.pause()
                         lock.acquire()
                         locked = True
+                        clock.hold()
                         phase, deadline = "timing", time.monotonic() + limits.of("timing")
                         w.conn.send(("go",))
                     elif msg[0] == "unlock":
                         if locked:
                             lock.release()
                             locked = False
+                        clock.release()
                     elif msg[0] == "result":
                         result, keep = msg[1], not msg[2]
                     continue
@@ -417,6 +483,9 @@ class LocalExecutor(Executor):
         finally:
             if locked:
                 lock.release()
+            clock.stop()
+        result["details"]["gpu_s"] = clock.total
+        result["details"]["gpu_s_parts"] = {"lock_s": clock.lock_s, "run_s": clock.run_s}
         if need:
             measured = result["details"].pop("baseline_measured", None)
             if measured and measured.get("compile_ms") is not None:

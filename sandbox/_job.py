@@ -105,7 +105,7 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
         phase = "check"
         if job.get("timing", True):
             phase = "timing"
-            _timing(w, state, model, d, r)
+            _timing(w, job, state, model, d, r)
         phase = "check"
         _follow(w, state, model, d)
         _kernel_share(w, state, model, d, r)
@@ -341,11 +341,14 @@ def _follow(w: Any, state: dict, model: Any, d: dict) -> None:
     d["follow_check"] = "passed"
 
 
-def _timing(w: Any, state: dict, model: Any, d: dict, r: dict) -> None:
+def _timing(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict) -> None:
+    """Time the candidate against eager; ``job``'s ``timing_target_ms`` (a cheaper timing) and
+    ``stop_above_ms`` (early stop on the first repetitions' median) go to the timing functions."""
     x = state["trials"][0]["inputs"]
     xc, xr = clone_all(x), clone_all(x)
     ref_model = state["ref_model"]
     watch = state["watch"]
+    target_ms, stop_above = job.get("timing_target_ms"), job.get("stop_above_ms")
 
     def cand() -> Any:
         watch.armed = True
@@ -366,19 +369,24 @@ def _timing(w: Any, state: dict, model: Any, d: dict, r: dict) -> None:
                 raise Rejected("side_stream_escape",
                                f"{left['leftover_ms']:.3f} ms of device work was still running after the timed "
                                f"region ended ({left['event_ms']:.3f} ms by events): work escapes on a side stream")
-            t = time_gpu({"candidate": cand, "eager": lambda: ref_model(*xr)}, w.flush)
+            t = time_gpu({"candidate": cand, "eager": lambda: ref_model(*xr)}, w.flush, target_ms,
+                         stop_above_ms=stop_above, stop_on="candidate")
             d["timing_window"] = (t_start, time.time())  # wall clock, to show one timing per GPU at a time
             w.unlock()
             state["locked"] = False
         else:
             w.phase("timing")
-            t = time_cpu({"candidate": cand, "eager": lambda: ref_model(*xr)})
+            t = time_cpu({"candidate": cand, "eager": lambda: ref_model(*xr)}, target_ms,
+                         stop_above_ms=stop_above, stop_on="candidate")
             d["compile"] = "torch.compile is not measured on the CPU interpreter"
     _integrity(state, "timing")
     c, e = t["candidate"], t["eager"]
     r.update(median_ms=c["median_ms"], p20_ms=c["p20_ms"], p80_ms=c["p80_ms"], eager_ms=e["median_ms"])
     d["timing"] = {"candidate": c, "eager": e, "method": "cuda events, L2 flushed, interleaved"
-                   if w.device_kind == "cuda" else "wall clock, Triton interpreter"}
+                   if w.device_kind == "cuda" else "wall clock, Triton interpreter",
+                   "target_ms": target_ms, "stop_above_ms": stop_above}
+    # a partial timing: its medians cover the first repetitions only (the tuner prunes such trials)
+    d["early_stopped"] = bool(c["early_stopped"])
 
 
 def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict) -> None:

@@ -2,6 +2,32 @@
 
 Every evaluation, whatever happened, ends as one dict with exactly :data:`RESULT_KEYS` (the
 ``evaluations`` columns of DESIGN.md plus ``error_class``, ``versions``, ``config`` and ``details``).
+
+``details`` keys other parts rely on:
+
+- ``gpu_s`` (float, on every result, whatever its status): the device seconds the evaluation cost,
+  what ``--gpu-budget`` counts. Measured by the executor on its own monotonic clock, from the worker's
+  messages, as ``lock_s + run_s`` (both also in ``gpu_s_parts``):
+
+  * ``lock_s`` -- wall seconds the job held its GPU's timing lock (CUDA only): from the moment the
+    lock was granted to the worker's release, summed over grants -- the timing with its side-stream
+    check and, for the one job per (problem, device, versions) that measures it, the torch.compile
+    baseline timing. Waiting for the lock is not counted.
+  * ``run_s`` -- wall seconds from the candidate's first call (the start of the ``compile`` phase)
+    until the worker returned its result, or died, or was killed at a time limit, excluding the
+    ``lock_s`` periods and waits for the lock: the correctness trials and their integrity checks,
+    the outputs-follow-inputs check, the kernel-share profile, and on the CPU the whole timing.
+    On the CPU this is the seconds the worker spent running the candidate (with the interleaved
+    eager reference while timing).
+
+  Not counted: starting a worker, building the reference outputs, executing the candidate's module,
+  compiling the torch.compile baseline. So a candidate that fails to load costs 0.0, and one that
+  hangs costs its time limit.
+- ``early_stopped`` (bool, when timing ran): True when ``EvalJob.stop_above_ms`` stopped the timing
+  after its first repetitions; ``median_ms``/``p20_ms``/``p80_ms``/``eager_ms`` then cover those only.
+- ``timing``: per callable (``candidate``, ``eager``) ``median_ms``, ``p20_ms``, ``p80_ms``, ``reps``
+  (timed repetitions), ``planned_reps``, ``estimate_ms``, ``early_stopped``; and ``method``,
+  ``target_ms`` (``EvalJob.timing_target_ms``; None for the full timing), ``stop_above_ms``.
 """
 
 from __future__ import annotations
@@ -50,7 +76,7 @@ class Incorrect(Exception):
 def empty_result(config: dict | None = None) -> dict[str, Any]:
     r: dict[str, Any] = {k: None for k in RESULT_KEYS}
     r["config"] = dict(config or {})
-    r["details"] = {}
+    r["details"] = {"gpu_s": 0.0}  # the executor replaces it with what the job measurably cost
     r["library_only"] = None
     return r
 

@@ -26,6 +26,38 @@ GPU_MIN_REPS, GPU_MAX_REPS = 25, 2000
 WARMUP_MS = 30.0
 CPU_TARGET_S = 1.0
 CPU_MIN_REPS, CPU_MAX_REPS = 3, 20
+# A cheaper timing (``target_ms`` below GPU_TARGET_MS, as Optuna trials ask) scales the target and
+# the repetition bounds by target_ms / GPU_TARGET_MS, but never below this many GPU repetitions:
+# a median of fewer L2-flushed runs is too noisy to rank configurations by.
+GPU_QUICK_MIN_REPS = 10
+# Early stop: the candidate's median over this many first repetitions is compared with the limit.
+EARLY_REPS_GPU, EARLY_REPS_CPU = 5, 3
+
+
+def rep_bounds(device: str, target_ms: float | None = None) -> tuple[float, int, int]:
+    """(target, min_reps, max_reps) of a timing: target in ms on ``cuda``, in s on ``cpu``.
+
+    ``target_ms=None`` is the full timing. Otherwise the ratio r = target_ms / GPU_TARGET_MS sets the
+    target (GPU: target_ms; CPU: r x CPU_TARGET_S, the interpreter's wall clock shortened alike) and,
+    capped at 1, shrinks the repetition bounds, so that a quick timing of a fast kernel (which would
+    hit the maximum either way) also runs fewer repetitions."""
+    if target_ms is None:
+        return (GPU_TARGET_MS, GPU_MIN_REPS, GPU_MAX_REPS) if device == "cuda" else (CPU_TARGET_S, CPU_MIN_REPS,
+                                                                                     CPU_MAX_REPS)
+    if not (isinstance(target_ms, (int, float)) and math.isfinite(target_ms) and target_ms > 0):
+        raise ValueError(f"timing target must be a positive number of ms, got {target_ms!r}")
+    r = target_ms / GPU_TARGET_MS
+    shrink = min(1.0, r)
+    if device == "cuda":
+        lo = max(GPU_QUICK_MIN_REPS, round(GPU_MIN_REPS * shrink)) if shrink < 1 else GPU_MIN_REPS
+        return float(target_ms), lo, max(lo, round(GPU_MAX_REPS * shrink))
+    return CPU_TARGET_S * r, CPU_MIN_REPS, max(CPU_MIN_REPS, round(CPU_MAX_REPS * shrink))
+
+
+def _early_stop(times: list[float], stop_above_ms: float | None, reps: int, first: int) -> bool:
+    """Whether the median of the first repetitions is already above the limit (only when stopping
+    would skip repetitions: a timing that is over anyway is complete, not stopped)."""
+    return stop_above_ms is not None and reps > first and statistics.median(times[:first]) > stop_above_ms
 
 
 def quantiles(xs: list[float]) -> dict[str, float]:
@@ -50,9 +82,16 @@ class L2Flush:
         self.buf.zero_()
 
 
-def time_gpu(fns: dict[str, Callable[[], Any]], flush: L2Flush, target_ms: float = GPU_TARGET_MS) -> dict[str, dict]:
-    """Median/p20/p80 in ms of each callable, interleaved, L2 flushed before every repetition."""
+def time_gpu(fns: dict[str, Callable[[], Any]], flush: L2Flush, target_ms: float | None = None, *,
+             stop_above_ms: float | None = None, stop_on: str | None = None) -> dict[str, dict]:
+    """Median/p20/p80 in ms of each callable, interleaved, L2 flushed before every repetition.
+
+    ``target_ms``: see :func:`rep_bounds` (None: the full timing). ``stop_above_ms``: after the first
+    EARLY_REPS_GPU repetitions, when the median of ``stop_on`` (default: the first callable) is above
+    it, stop there; every callable then reports those first repetitions (``early_stopped`` True).
+    Each entry also has ``reps`` (timed), ``planned_reps`` and ``estimate_ms`` (from the warm-up)."""
     names = list(fns)
+    target, lo, hi = rep_bounds("cuda", target_ms)
     # warm-up, and an estimate of each callable's time for the repetition count
     est = {}
     for n in names:
@@ -65,9 +104,16 @@ def time_gpu(fns: dict[str, Callable[[], Any]], flush: L2Flush, target_ms: float
         _sync()
         est[n] = max((_perf() - t0) * 1e3 / k, 1e-3)
     slowest = max(est.values())
-    reps = int(min(GPU_MAX_REPS, max(GPU_MIN_REPS, target_ms / slowest)))
+    reps = int(min(hi, max(lo, target / slowest)))
     events = {n: [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in range(reps)] for n in names}
+    watched = stop_on or names[0]
+    done = reps
     for i in range(reps):
+        if i == EARLY_REPS_GPU and stop_above_ms is not None:
+            _sync()  # the first repetitions must be finished to be read
+            if _early_stop([s.elapsed_time(e) for s, e in events[watched][:i]], stop_above_ms, reps, i):
+                done = i
+                break
         order = names if i % 2 == 0 else names[::-1]
         for n in order:
             flush()
@@ -78,8 +124,8 @@ def time_gpu(fns: dict[str, Callable[[], Any]], flush: L2Flush, target_ms: float
     _sync()
     out = {}
     for n in names:
-        out[n] = quantiles([s.elapsed_time(e) for s, e in events[n]])
-        out[n]["estimate_ms"] = est[n]
+        out[n] = quantiles([s.elapsed_time(e) for s, e in events[n][:done]])
+        out[n].update(estimate_ms=est[n], planned_reps=reps, early_stopped=done < reps)
     return out
 
 
@@ -104,19 +150,32 @@ def side_stream_leftover(fn: Callable[[], Any], reps: int = 3) -> dict[str, floa
     return {"leftover_ms": statistics.median(leftovers), "event_ms": statistics.median(event_ms)}
 
 
-def time_cpu(fns: dict[str, Callable[[], Any]], target_s: float = CPU_TARGET_S) -> dict[str, dict]:
-    """Wall-clock timings in the interpreter (marked ``interpreted``: never a speedup claim)."""
+def time_cpu(fns: dict[str, Callable[[], Any]], target_ms: float | None = None, *,
+             stop_above_ms: float | None = None, stop_on: str | None = None) -> dict[str, dict]:
+    """Wall-clock timings in the interpreter (marked ``interpreted``: never a speedup claim).
+    ``target_ms``, ``stop_above_ms`` and the entries as in :func:`time_gpu` (the early check comes
+    after EARLY_REPS_CPU repetitions)."""
     names = list(fns)
+    target_s, lo, hi = rep_bounds("cpu", target_ms)
     est = {}
     for n in names:
         t0 = _perf()
         fns[n]()
         est[n] = _perf() - t0
-    reps = int(min(CPU_MAX_REPS, max(CPU_MIN_REPS, target_s / max(sum(est.values()), 1e-6))))
+    reps = int(min(hi, max(lo, target_s / max(sum(est.values()), 1e-6))))
+    watched = stop_on or names[0]
     times: dict[str, list[float]] = {n: [] for n in names}
+    done = reps
     for i in range(reps):
+        if i == EARLY_REPS_CPU and _early_stop(times[watched], stop_above_ms, reps, i):
+            done = i
+            break
         for n in (names if i % 2 == 0 else names[::-1]):
             t0 = _perf()
             fns[n]()
             times[n].append((_perf() - t0) * 1e3)
-    return {n: quantiles(times[n]) for n in names}
+    out = {}
+    for n in names:
+        out[n] = quantiles(times[n])
+        out[n].update(estimate_ms=est[n] * 1e3, planned_reps=reps, early_stopped=done < reps)
+    return out

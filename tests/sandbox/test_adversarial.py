@@ -78,6 +78,17 @@ def test_adversarial_candidate_gets_its_status(path, results):
         assert r["details"]["integrity"][0]["reason"] == h["error_class"].split(":", 1)[1]
     if r["status"] in ("compile_error", "runtime_error", "crash", "timeout", "incorrect", "rejected"):
         assert r["error_text"], "a failure always carries its error text"
+    gpu_s = r["details"]["gpu_s"]  # every result says what it cost the device, failures included
+    assert isinstance(gpu_s, float) and gpu_s >= 0.0
+
+
+def test_gpu_s_charges_a_hang_its_limit_and_a_load_failure_nothing(results):
+    hang = results["futures"]["hangs"].result(timeout=600)
+    limit = header(HERE / "adversarial" / "hangs.py")["limits"]["compile"]
+    assert hang["status"] == "timeout"
+    assert limit <= hang["details"]["gpu_s"] < limit + 30  # killed at its compile limit, counted to the kill
+    syntax = results["futures"]["syntax_error"].result(timeout=600)
+    assert syntax["status"] == "compile_error" and syntax["details"]["gpu_s"] == 0.0
 
 
 def test_writes_env_finds_no_credentials(results, fake_secrets):
