@@ -62,9 +62,10 @@ class CampaignConfig:
             raise CampaignError("--device cuda, but no CUDA device is visible")
 
 
-def start_campaign(store: Any, config: CampaignConfig, name: str | None = None) -> str:
+def start_campaign(store: Any, config: CampaignConfig, name: str | None = None, agents: Any = None) -> str:
     """Validate the configuration and the problems, then create the campaign (nothing is written
-    when a problem file is bad)."""
+    when a problem file is bad). ``agents`` (LLM agents with their own transport, as given to
+    ``run_campaign``) are the ones preflighted instead of a backend built from ``config``."""
     config.validate()
     problems = [load_problem(p) for p in config.problems]
     _check_policy(config.policy)
@@ -72,7 +73,11 @@ def start_campaign(store: Any, config: CampaignConfig, name: str | None = None) 
         from kernellab.agents.llm import PreflightError
 
         try:
-            _llm_agents(config, store=None, campaign_id=None, preflight=True)
+            if agents is not None:
+                agents.preflight()
+            else:
+                # the store: a --replay campaign is looked up in it
+                _llm_agents(config, store=store, campaign_id=None, preflight=True)
         except PreflightError as exc:
             raise CampaignError(str(exc)) from None
     device = config.device or env.default_device()
@@ -94,7 +99,7 @@ def _llm_agents(config: CampaignConfig, store: Any, campaign_id: str | None, pre
 
     agents = llm.make_agents(config.llm, base_url=config.base_url, store=store, campaign_id=campaign_id,
                              replay=config.replay, budget_usd=config.usd_budget)
-    if preflight and not config.replay:
+    if preflight:  # with replay: checks there are recorded answers, no network
         agents.preflight()
     return agents
 
@@ -204,8 +209,15 @@ def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: A
     return store.summary(camp["id"])
 
 
-def resume_campaign(store: Any, ref: str, progress: Any = None, executor: Any = None, agents: Any = None) -> dict:
+def resume_campaign(store: Any, ref: str, progress: Any = None, executor: Any = None, agents: Any = None,
+                    usd_budget: float | None = None) -> dict:
+    """Continue a campaign. ``usd_budget`` replaces its LLM dollar budget (the whole campaign's,
+    what was spent included): the way on after a stop for ``BudgetExceeded``."""
     camp = store.get_campaign(ref)
     if camp is None:
         raise CampaignError(f"no campaign {ref!r} in {store.path}")
+    if usd_budget is not None:
+        if usd_budget <= 0:
+            raise CampaignError(f"--usd-budget must be > 0, got {usd_budget}")
+        store.update_campaign(camp["id"], config={**camp["config"], "usd_budget": usd_budget})
     return run_campaign(store, camp["id"], progress=progress, executor=executor, agents=agents)
