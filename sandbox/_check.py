@@ -148,7 +148,7 @@ def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> d
     def unravel(flat: list[int]) -> list[list[int]]:
         if not shape:
             return [[] for _ in flat]
-        return [[int(v) for v in t] for t in zip(*torch.unravel_index(torch.tensor(flat), shape))]
+        return [[int(v) for v in t] for t in zip(*torch.unravel_index(torch.tensor(flat), shape), strict=True)]
 
     if n_nf:
         idx = unravel(first_nf[:_FIRST_BAD])

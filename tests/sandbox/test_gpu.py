@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,32 @@ def test_cli_eval_full_size_on_gpu():
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "status: correct" in out.stdout and "speedup vs eager" in out.stdout
+
+
+def test_quick_timing_early_stop_and_gpu_s_on_cuda(sandbox_executor, problem):
+    """The tuner's fields on the GPU: fewer L2-flushed repetitions for a quick timing, a stop after the
+    first EARLY_REPS_GPU of them, and gpu_s covering at least the time the job held the timing lock."""
+    from kernellab.sandbox._timing import EARLY_REPS_GPU, rep_bounds
+
+    src = (Path(__file__).parent / "adversarial" / "correct_triton.py").read_text()
+    p = problem("big_relu")
+    cache = DictCache()
+    kinds = {"full": {}, "quick": {"timing_target_ms": 50.0}, "stopped": {"timing_target_ms": 50.0, "stop_above_ms": 1e-3}}
+    t0 = time.monotonic()
+    futures = {k: sandbox_executor.submit(EvalJob(p, src, trials=2, store=cache, **kw)) for k, kw in kinds.items()}
+    r = {k: f.result() for k, f in futures.items()}
+    wall = time.monotonic() - t0
+    for k, res in r.items():
+        assert res["status"] == "correct", (k, res["error_text"])
+        assert res["interpreted"] is False and res["speedup_eager"] is not None
+    full, quick, stopped = (r[k]["details"]["timing"]["candidate"] for k in kinds)
+    assert quick["reps"] < full["reps"] and quick["reps"] <= rep_bounds("cuda", 50.0)[2]
+    assert quick["reps"] >= rep_bounds("cuda", 50.0)[1] and r["quick"]["details"]["early_stopped"] is False
+    assert r["stopped"]["details"]["early_stopped"] is True
+    assert stopped["reps"] == EARLY_REPS_GPU < stopped["planned_reps"]
+    assert r["stopped"]["details"]["follow_check"] == "passed" and r["stopped"]["own_kernel_share"] > 0.9
+    for res in r.values():
+        d = res["details"]
+        w0, w1 = d["timing_window"]
+        assert d["gpu_s_parts"]["lock_s"] >= (w1 - w0) - 0.01, d["gpu_s_parts"]
+        assert d["gpu_s_parts"]["run_s"] > 0 and 0 < d["gpu_s"] <= wall
