@@ -278,10 +278,12 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
 
 @main.command()
 @click.argument("campaign")
+@click.option("--usd-budget", type=float, default=None, metavar="DOLLARS",
+              help="A new LLM dollar budget for the whole campaign (after a stop for a spent budget).")
 @db_option
 @json_option
 @_errors
-def resume(campaign: str, db: str, as_json: bool) -> None:
+def resume(campaign: str, usd_budget: float | None, db: str, as_json: bool) -> None:
     """Continue CAMPAIGN (name or id) after a stop, a crash or kill -9: finished evaluations are kept,
     none is run twice, and the campaign reaches the budget it was given."""
     from .campaign import CampaignError, resume_campaign
@@ -293,7 +295,8 @@ def resume(campaign: str, db: str, as_json: bool) -> None:
         raise UsageFailure(f"no campaign {campaign!r} in {db}")
     try:
         with Progress(enabled=None if not as_json else False) as progress:
-            summary = _interruptible(lambda: resume_campaign(store, camp["id"], progress=progress), store, camp["id"])
+            summary = _interruptible(lambda: resume_campaign(store, camp["id"], progress=progress,
+                                                             usd_budget=usd_budget), store, camp["id"])
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
     _finish(summary, as_json)

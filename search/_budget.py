@@ -65,7 +65,10 @@ class Usage:
         cands = {c["id"] for c in store.candidates(campaign_id, problem_id)}
         gpu = sum(float((e.get("details") or {}).get("gpu_s") or 0.0)
                   for e in store.evaluations(campaign_id=campaign_id) if e["candidate_id"] in cands)
-        usd = sum(float(c.get("cost_usd") or 0.0) for c in store.llm_calls(campaign_id))
+        # a replayed call costs nothing now but counts what the original paid, so that a replay under
+        # the same dollar budget stops where the original did
+        usd = sum(float(c.get("cost_usd") or (c.get("response") or {}).get("replayed_cost_usd") or 0.0)
+                  for c in store.llm_calls(campaign_id))
         return cls(candidates=len(cands), wall_s=wall_s, gpu_s=gpu, llm_usd=usd)
 
 

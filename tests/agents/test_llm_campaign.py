@@ -219,10 +219,6 @@ from kernellab.agents.llm import BudgetExceeded  # noqa: E402
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=BudgetExceeded, reason=(
-    "search.Usage.from_store sums llm_calls.cost_usd, which is 0.0 in replayed rows, so the replay's "
-    "stop rule sees no dollars spent while its backend counts the recorded cost and raises; fix: count "
-    "response_json.replayed_cost_usd too (as Backend._spent_so_far does)"))
 def test_replay_stops_on_dollars_where_the_recorded_campaign_stopped(tmp_path, executor):
     usd = sum(sonnet_cost(r) for r in A_USAGE) * 0.999  # spent by the first round's four calls
     store, first, _ = run_recorded(tmp_path / "k.db", executor, usd_budget=usd, budget=3)
