@@ -103,6 +103,11 @@ def classify(exc: BaseException, phase: str) -> tuple[str, str, bool]:
         return "compile_error", "triton_compile", False
     if name == "CompileException" and "cupy" in mod:
         return "compile_error", "nvrtc", False
+    if name == "InterpreterError" and mod.startswith("triton") and phase == "compile" and isinstance(
+            exc.__cause__, (AttributeError, NameError, TypeError)):
+        # The interpreter runs kernels as Python: what the GPU compiler rejects (an unknown `tl.`
+        # function, a wrong argument) surfaces at the first call as a Python error; same status as on a GPU.
+        return "compile_error", "triton_compile", False
     if name in ("OutOfResources",) and mod.startswith("triton"):
         return "runtime_error", "out_of_resources", False
     if isinstance(exc, MemoryError) or name == "OutOfMemoryError" or _OOM.search(text):
