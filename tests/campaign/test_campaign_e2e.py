@@ -69,9 +69,15 @@ def test_sigkill_at_random_moments_then_resume(tmp_path: Path) -> None:
     rng = random.Random(1234)
     p = _kernellab("run", str(PROBLEM), "--db", db, "--campaign", "killme", "--budget", str(budget),
                    "--width", "2", "--trials", "2", "--json", cwd=tmp_path)
+    # the first kill comes after the campaign exists (before that there is nothing to resume)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and p.poll() is None:
+        if Path(db).exists() and Store(db).get_campaign("killme") is not None:
+            break
+        time.sleep(0.5)
     kills = 0
     for _ in range(3):
-        time.sleep(rng.uniform(4, 12))
+        time.sleep(rng.uniform(2, 10))
         if p.poll() is not None:
             break
         os.kill(p.pid, signal.SIGKILL)  # the orchestrator only, as a user's kill -9 would
@@ -87,4 +93,5 @@ def test_sigkill_at_random_moments_then_resume(tmp_path: Path) -> None:
     _check_complete(store, cid, budget)
     assert kills >= 1, "the campaign finished before it could be killed: lengthen it"
     sessions = store.events(cid, "session")
-    assert sum(1 for s in sessions if s["payload"].get("started")) == kills + 1
+    # a resume killed while still starting up never records a session; the first run and the last do
+    assert 2 <= sum(1 for s in sessions if s["payload"].get("started")) <= kills + 1
