@@ -35,7 +35,7 @@ from .actions import (
     action_from_dict,
 )
 from .build import Built, build, built
-from .codegen import allow_tf32
+from .codegen import allow_tf32, default_precision
 from .cost import CEILING_BW, group_costs, peak_flops
 
 __all__ = ["BuiltinAgents", "seed", "candidate_actions", "profile_reference"]
@@ -54,21 +54,27 @@ def _actions_of(row: dict | None) -> list[dict] | None:
     return list(acts) if isinstance(acts, list) else None
 
 
+def _precision(problem: Problem, b: Built, grp) -> str | None:
+    """The dot precision group ``grp`` runs with: its Precision action's, else the seed's rule."""
+    return b.state.variant(grp.id).get("fp32_precision") or default_precision(b.graph, grp, problem.settings())
+
+
+def _needs_ieee(problem: Problem, b: Built) -> bool:
+    return any(g.kind == "gemm" and _precision(problem, b, g) == "ieee" for g in b.groups)
+
+
 def seed(problem: Problem) -> list[Code]:
-    """The fused Triton baseline; for float32 problems with GEMMs that must use IEEE dots also the
-    cuBLAS-GEMM + fused-epilogue variant (cuBLAS fp32 beats an FMA-unit Triton GEMM)."""
+    """The fused Triton baseline; when a float32 GEMM must use IEEE dots (neither TF32 nor 3xTF32 fits
+    the tolerances) also the cuBLAS-GEMM + fused-epilogue variant (cuBLAS fp32 beats an FMA-unit
+    Triton GEMM)."""
     codes = [build(problem)]
-    b = built(problem)
-    st = problem.settings()
-    if any(g.kind == "gemm" for g in b.groups) and st["dtype"] == "float32" \
-            and not allow_tf32(st["dtype"], st["atol"], st["rtol"]):
+    if _needs_ieee(problem, built(problem)):
         codes.append(build(problem, [LibraryGemm("*")]))
     return codes
 
 
 def candidate_actions(problem: Problem, b: Built) -> list[tuple[Action, str]]:
     """(action, group id) pairs that apply to the candidate ``b``."""
-    st = problem.settings()
     costs = {c.group: c for c in group_costs(b.graph, b.groups)}
     out: list[tuple[Action, str]] = []
     done = {a.describe() for a in b.actions}
@@ -82,10 +88,10 @@ def candidate_actions(problem: Problem, b: Built) -> list[tuple[Action, str]]:
                 out.append((SplitK(grp.id, 4 if k < 8192 else 8), grp.id))
             if tiles > 2 * _SMS and not variant.get("persistent"):
                 out.append((Persistent(grp.id), grp.id))
-            dtype = b.graph.node(b.graph.node(grp.gemm).args[0].name).dtype
-            if dtype == "float32" and not allow_tf32(dtype, st["atol"], st["rtol"]):
-                if variant.get("fp32_precision") != "tf32x3":
-                    out.append((Precision(grp.id, "tf32x3"), grp.id))
+            prec = _precision(problem, b, grp)
+            if prec == "ieee":
+                # tf32x3 is not proposed here: the tolerances do not admit it (codegen.tf32x3_ok), and
+                # a win the sandbox's mixed-magnitude trial would reject is no win
                 out.append((LibraryGemm(grp.gemm), grp.id))
             if grp.row_reduction:
                 out.append((KeepRowOut(grp.id), grp.id))
@@ -136,16 +142,16 @@ class BuiltinAgents:
             return []
         if not tree:
             props = [Proposal(None, "seed: fused Triton kernels", "capture, partition, one kernel per group")]
-            st = problem.settings()
-            b = built(problem)
-            if any(g.kind == "gemm" for g in b.groups) and st["dtype"] == "float32" \
-                    and not allow_tf32(st["dtype"], st["atol"], st["rtol"]):
+            if _needs_ieee(problem, built(problem)):
                 props.append(Proposal(None, LibraryGemm("*").describe(),
                                       "fp32 GEMMs need IEEE dots: cuBLAS runs them faster than FMA-unit Triton",
                                       action=LibraryGemm("*").to_dict()))
             return props[:k]
-        parents = [r for r in tree if r.get("selected")] or sorted(
-            (r for r in tree if _ok(r)), key=lambda r: -(_speed(r) or 0))[:1]
+        # a library-only node (cuBLAS for everything) has nothing of ours left to change: expand the
+        # best node that runs kernels of its own instead, so the budget goes to kernel variants
+        parents = [r for r in tree if r.get("selected") and not _library(r)]
+        if not parents:
+            parents = sorted((r for r in tree if _ok(r) and not _library(r)), key=lambda r: -(_speed(r) or 0))[:1]
         scored: list[tuple[float, Proposal]] = []
         for row in parents:
             if not _ok(row):
@@ -293,6 +299,10 @@ def _ok(row: dict) -> bool:
     return best.get("status") == "correct"
 
 
+def _library(row: dict) -> bool:
+    return bool((row.get("best") or {}).get("library_only"))
+
+
 def _speed(row: dict) -> float | None:
     return (row.get("best") or {}).get("speedup_eager")
 
@@ -326,14 +336,11 @@ def _smaller_tiles(b: Built, gid: str) -> Action | None:
 
 
 def _precision_ladder(problem: Problem, b: Built) -> list[Action]:
-    st = problem.settings()
     out: list[Action] = []
     for g in b.groups:
         if g.kind == "gemm":
             dtype = b.graph.node(b.graph.node(g.gemm).args[0].name).dtype
-            prec = b.state.variant(g.id).get("fp32_precision")
-            if dtype == "float32" and (prec in ("tf32", "tf32x3") or (prec is None and allow_tf32(
-                    dtype, st["atol"], st["rtol"]))):
+            if dtype == "float32" and _precision(problem, b, g) in ("tf32", "tf32x3"):
                 out.append(Precision(g.id, "ieee"))
     for g in b.groups:
         if g.kind == "rows" and b.state.variant(g.id).get("mode") != "multi_pass":

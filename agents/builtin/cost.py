@@ -49,6 +49,10 @@ def group_costs(graph: Graph, groups: list[Group], tf32: bool = False) -> list[G
         if grp.kind == "torch" and all(graph.node(n).kind in ("view", "getitem") for n in grp.nodes):
             continue  # metadata only
         nbytes = sum(_nbytes(graph, v) for v in grp.inputs) + sum(_nbytes(graph, v) for v in grp.outputs)
+        if grp.kind == "special" and graph.node(grp.nodes[0]).op == "embedding":
+            # a gather reads the rows it copies, not the whole table
+            n0 = graph.node(grp.nodes[0])
+            nbytes = 2 * _nbytes(graph, n0.name) + _nbytes(graph, n0.args[1].name)
         flops, dims = 0.0, {}
         dtype = "float32"
         for name in grp.nodes:

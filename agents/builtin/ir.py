@@ -6,6 +6,8 @@ A node is one of
 - ``pw``      a pointwise op (``op`` in :data:`POINTWISE`), computed in fp32 inside kernels;
 - ``reduce``  ``sum`` / ``amax`` / ``amin`` over ``attrs["dims"]`` with ``attrs["keepdim"]``;
 - ``gemm``    ``mm`` / ``bmm`` / ``linear`` / ``addmm`` / ``matmul``;
+- ``special`` ``cumsum`` / ``embedding`` / ``max_pool2d``: an op with a template of its own
+              (``special.py``), attributes in ``attrs``;
 - ``view``    a metadata-only ATen op (view, permute, unsqueeze...) run by PyTorch between kernels;
 - ``opaque``  any other ATen op, left to PyTorch (convolutions, pooling...); ``op`` = the overload name;
 - ``getitem`` element ``attrs["index"]`` of a tuple-valued opaque node.

@@ -8,9 +8,15 @@ o2) and its column index into (q0, q1) and dots them with the strides; an operan
 contiguous (``FULL_<k>``, a constexpr) uses the flat index instead, so the common case does no
 integer division. All of this happens per call, so one candidate runs at any problem size.
 
+Pointwise: a flat kernel over the domain, and a tiled one (``k_<group>_2d``) that the launcher picks
+when an input is transposed relative to the output (coalesced on both sides).
+
 Rows: ``one_pass`` keeps a [BLOCK_ROWS, BLOCK_R >= R] tile in registers and reduces along axis 1;
-``multi_pass`` loops over R in chunks, one loop per reduction level (softmax: max, then sum, then
-the normalised store), recomputing the pointwise prologue from memory rather than keeping it. The
+``multi_pass`` loops over R in chunks, one loop per reduction level, recomputing the pointwise
+prologue from memory rather than keeping it; a softmax's max and sum share one loop (online
+softmax), so it reads the row twice (the second read mostly from L2). ``INNER`` (chosen per call)
+serves reductions over strided dims whose innermost kept dim is contiguous: the row tile runs along
+that dim, so loads coalesce. The
 launcher picks per call (``mode``: auto | one_pass | multi_pass) from R and ``MAX_R``.
 """
 
@@ -199,13 +205,30 @@ class _Gen:
             ps += [f"s{k}_{j}" for j in range(5)]
         ps += ["BLOCK_ROWS: tl.constexpr", "BLOCK_R: tl.constexpr", "BIG: tl.constexpr"]
         ps += [f"FULL{k}: tl.constexpr" for k in range(len(self.operands))]
+        if self.rows:
+            ps.append("INNER: tl.constexpr")
         return ps
 
     def header(self) -> list[str]:
-        lines = ["    pid = tl.program_id(0)", "    rows = pid * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)",
-                 "    if BIG:", "        rows = rows.to(tl.int64)", "    rmask = rows < NROWS",
-                 "    o2 = rows % S2", "    o1 = (rows // S2) % S1", "    o0 = rows // (S2 * S1)"]
-        return lines
+        return ["    pid = tl.program_id(0)",
+                "    if INNER:",
+                "        # the reduced dims are strided and the innermost kept dim is contiguous (a sum over",
+                "        # the middle dim): a program takes BLOCK_ROWS neighbours along that dim, so every",
+                "        # load of the [BLOCK_ROWS, BLOCK_R] tile is coalesced along axis 0",
+                "        nblk = tl.cdiv(S2, BLOCK_ROWS)",
+                "        outer = pid // nblk",
+                "        o2 = (pid % nblk) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)",
+                "        if BIG:",
+                "            outer = outer.to(tl.int64)",
+                "            o2 = o2.to(tl.int64)",
+                "        o1 = outer % S1",
+                "        o0 = outer // S1",
+                "        rows = outer * S2 + o2",
+                "        rmask = o2 < S2",
+                "    else:",
+                "        rows = pid * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)",
+                "        if BIG:", "            rows = rows.to(tl.int64)", "        rmask = rows < NROWS",
+                "        o2 = rows % S2", "        o1 = (rows // S2) % S1", "        o0 = rows // (S2 * S1)"]
 
     def row_offset(self, k: int) -> list[str]:
         return [f"    if FULL{k}:", f"        a{k} = rows", "    else:",
@@ -349,15 +372,60 @@ class _Gen:
         body += ["    " + ln for ln in inner]
         return self.kernel_def(f"k_{self.name}_one", body)
 
+    def online_pairs(self, reds: list[str]) -> dict[str, str]:
+        """``{s: m}`` for each ``s = sum(exp(X - m))`` with ``m = amax(X)`` over the same rows (the
+        softmax / log_softmax expansion): the loop kernel computes both in one read of X (online
+        softmax: the running sum is rescaled whenever the running max grows), so a softmax costs
+        two reads and one write instead of three reads and one write."""
+        out: dict[str, str] = {}
+        for name in reds:
+            s_node = self.g.node(name)
+            if s_node.op != "sum" or not isinstance(s_node.args[0], Ref) or s_node.args[0].name not in self.members:
+                continue
+            e = self.g.node(s_node.args[0].name)
+            if e.kind != "pw" or e.op != "exp" or not isinstance(e.args[0], Ref) or e.args[0].name not in self.members:
+                continue
+            t = self.g.node(e.args[0].name)
+            if t.kind != "pw" or t.op != "sub" or len(t.args) != 2 or not all(isinstance(a, Ref) for a in t.args):
+                continue
+            x, m = t.args[0].name, t.args[1].name
+            if m not in reds or self.g.node(m).op != "amax" or not isinstance(self.g.node(m).args[0], Ref) \
+                    or self.g.node(m).args[0].name != x or self.g.node(x).shape != tuple(self.grp.domain):
+                continue
+            if m not in out.values():
+                out[name] = m
+        return out
+
+    def online_update(self, sm: str, m: str, x: str, env: dict, loaded: set[int]) -> list[str]:
+        lines: list[str] = []
+        if x in self.members:
+            xv = env[x]
+        else:
+            k = self.align_key(self.g.node(m), x)
+            if k not in loaded:
+                lines += self.load(k)
+                loaded.add(k)
+            xv = f"x{k}"
+        ninf = 'float("-inf")'
+        return lines + [
+            f"cm_{m} = tl.max(tl.where(mask, {xv}, {ninf}), axis=1)[:, None]",
+            f"mn_{m} = tl.maximum(acc_{m}, cm_{m})",
+            f"sh_{m} = tl.where(mn_{m} == {ninf}, 0.0, mn_{m})  # rows that are all -inf so far",
+            f"acc_{sm} = acc_{sm} * tl.exp(acc_{m} - sh_{m}) + "
+            f"tl.sum(tl.where(mask, tl.exp({xv} - sh_{m}), 0.0), axis=1)[:, None]",
+            f"acc_{m} = mn_{m}",
+        ]
+
     def multi_pass(self) -> str:
         dom = tuple(self.grp.domain)
         reds = [n for n in self.grp.nodes if self.g.node(n).kind == "reduce"
                 and self.g.node(self.g.node(n).args[0].name).shape == dom]
+        online = self.online_pairs(reds)
         levels: dict[str, int] = {}
         for name in self.grp.nodes:
             node = self.g.node(name)
             lv = max((levels.get(r, 0) for r in node.refs() if r in self.members), default=0)
-            levels[name] = lv + (name in reds)
+            levels[name] = lv + (name in reds and name not in online)
         depth = max((levels[n] for n in reds), default=0)
         env: dict[str, str] = {}
         avail: set[str] = set()
@@ -372,16 +440,30 @@ class _Gen:
                 env[("in", k)] = f"x{k}"
         for lv in range(1, depth + 1):
             targets = [n for n in reds if levels[n] == lv]
-            accs = {n: f"acc_{n}" for n in targets}
-            for n in targets:
+            pairs = [(sm, m) for sm, m in online.items() if m in targets]
+            paired = {x for pair in pairs for x in pair}
+            generic = [n for n in targets if n not in paired]
+            accs = {n: f"acc_{n}" for n in generic}
+            for n in generic:
                 init = "0.0" if self.g.node(n).op in ("sum", "mean") else (
                     'float("-inf")' if self.g.node(n).op == "amax" else 'float("inf")')
                 body.append(f"    acc_{n} = tl.full([BLOCK_ROWS, BLOCK_R], {init}, tl.float32)")
-            need = [n for n in self.needed_full(targets, avail) if n not in targets] + targets
+            for sm, m in pairs:
+                body.append(f'    acc_{m} = tl.full([BLOCK_ROWS, 1], float("-inf"), tl.float32)')
+                body.append(f"    acc_{sm} = tl.zeros([BLOCK_ROWS, 1], tl.float32)")
+            xs = [self.g.node(m).args[0].name for _, m in pairs]
+            need = [n for n in self.needed_full(generic + xs, avail) if n not in generic] + generic
             loop = self.col_lines("start + ")
-            loop += self.emit_nodes(need, dict(env), True, set(loaded_rows), accs)
+            lenv, lloaded = dict(env), set(loaded_rows)
+            loop += self.emit_nodes(need, lenv, True, lloaded, accs)
+            for (sm, m), x in zip(pairs, xs, strict=True):
+                loop += self.online_update(sm, m, x, lenv, lloaded)
             body += ["    for start in range(0, R, BLOCK_R):"] + ["        " + ln for ln in loop]
-            for n in targets:
+            for sm, m in pairs:
+                body += [f"    v_{m} = acc_{m}", f"    v_{sm} = acc_{sm}"]
+                env[m], env[sm] = f"v_{m}", f"v_{sm}"
+                avail |= {m, sm}
+            for n in generic:
                 fn = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[self.g.node(n).op]
                 body.append(f"    v_{n} = {self.finish_mean(self.g.node(n), f'{fn}(acc_{n}, axis=1)[:, None]')}")
                 env[n] = f"v_{n}"
@@ -431,6 +513,27 @@ class _Gen:
                 inner.append(f"tl.store(t{k} + f{k}, {_store_cast(env[op.value], dt)}, mask=mask)")
         body += ["    " + ln for ln in inner]
         return self.kernel_def(f"k_{self.name}", body)
+
+    def tiled(self) -> str:
+        """Pointwise over a [BLOCK_ROWS, BLOCK_R] tile of (dim 1, dim 2) per program: when an input is
+        contiguous along dim 1 but the output along dim 2 (a transpose), each side's accesses are
+        coalesced and Triton swaps the layout through shared memory in between (strides of 1 are
+        specialised to constants, which is what lets it see the contiguity)."""
+        body = ["    pid = tl.program_id(0)", "    nx = tl.cdiv(S2, BLOCK_R)", "    ny = tl.cdiv(S1, BLOCK_ROWS)",
+                "    i0 = pid // (nx * ny)", "    i1 = ((pid // nx) % ny) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)",
+                "    i2 = (pid % nx) * BLOCK_R + tl.arange(0, BLOCK_R)",
+                "    if BIG:", "        i0 = i0.to(tl.int64)", "        i1 = i1.to(tl.int64)", "        i2 = i2.to(tl.int64)",
+                "    mask = (i1 < S1)[:, None] & (i2 < S2)[None, :]"]
+        for k in range(len(self.operands)):
+            body.append(f"    f{k} = i0 * s{k}_0 + i1[:, None] * s{k}_1 + i2[None, :] * s{k}_2")
+        env: dict[str, str] = {}
+        inner = self.emit_nodes(list(self.grp.nodes), env, False, set())
+        for k, op in enumerate(self.operands):
+            if op.is_output:
+                dt = _TL_DTYPE.get(self.g.node(op.value).dtype, "tl.int1")
+                inner.append(f"tl.store(t{k} + f{k}, {_store_cast(env[op.value], dt)}, mask=mask)")
+        body += ["    " + ln for ln in inner]
+        return self.kernel_def(f"k_{self.name}_2d", body)
 
     def kernel_def(self, name: str, body: list[str]) -> str:
         ops = ", ".join(f"t{k}={'out ' if o.is_output else ''}{o.value}" for k, o in enumerate(self.operands))
@@ -483,11 +586,28 @@ class _Gen:
             L += ["    n = nrows * r",
                   '    block = int(cfg["BLOCK"])',
                   '    warps = int(cfg["num_warps"])',
+                  "    # an input read along dim 1 while the output is written along dim 2: a transpose",
+                  f"    if sizes[1] > 1 and sizes[2] > 1 and any(st[1] == 1 and st[2] != 1 for st in strides[:{len(ins)}]):",
+                  '        tile = int(cfg.get("TILE_2D", 64))',
+                  "        grid = (sizes[0] * triton.cdiv(sizes[1], tile) * triton.cdiv(sizes[2], tile),)",
+                  f"        k_{self.name}_2d[grid](*ts, {''.join(c + ', ' for c in cs)}*sizes, n, 1, *flat, BLOCK_ROWS=tile, BLOCK_R=tile, "
+                  f"BIG=big, {fulls}, num_warps=warps)",
+                  f"        return {ret}",
                   "    grid = (triton.cdiv(n, block),)",
                   f"    k_{self.name}[grid](*ts, {''.join(c + ', ' for c in cs)}*sizes, n, 1, *flat, BLOCK_ROWS=1, BLOCK_R=block, BIG=big, "
                   f"{fulls}, num_warps=warps)"]
         else:
-            L += ["    block_r = triton.next_power_of_2(r)",
+            L += [f"    fulls_in = [st for st, kd in zip(strides[:{len(ins)}], {kinds[:len(ins)]!r}) if kd == 'full']",
+                  "    inner = sizes[2] > 1 and r > 1 and bool(fulls_in) and all(st[2] == 1 and st[3] != 1 and st[4] != 1 for st in fulls_in)",
+                  "    if inner:  # strided reduction, contiguous kept dim: see INNER in the kernel",
+                  '        block_rows = min(int(cfg.get("INNER_ROWS", 128)), triton.next_power_of_2(sizes[2]))',
+                  '        block_r = min(triton.next_power_of_2(r), max(1, int(cfg["TILE"]) // block_rows))',
+                  '        warps = int(cfg["num_warps"]) or max(1, min(8, block_rows * block_r // 512))',
+                  "        grid = (sizes[0] * sizes[1] * triton.cdiv(sizes[2], block_rows),)",
+                  f"        k_{self.name}_loop[grid](*ts, {''.join(c + ', ' for c in cs)}*sizes, nrows, r, *flat, BLOCK_ROWS=block_rows, "
+                  f"BLOCK_R=block_r, BIG=big, {fulls}, INNER=True, num_warps=warps)",
+                  f"        return {ret}",
+                  "    block_r = triton.next_power_of_2(r)",
                   '    mode = cfg["mode"]',
                   '    if mode == "one_pass" or (mode == "auto" and block_r <= int(cfg["MAX_R"])):',
                   '        block_rows = max(1, min(int(cfg["TILE"]) // block_r, triton.next_power_of_2(nrows)))',
@@ -499,7 +619,7 @@ class _Gen:
                   '    warps = int(cfg["num_warps"]) or max(1, min(16, block_rows * block_r // 256))',
                   "    grid = (triton.cdiv(nrows, block_rows),)",
                   f"    kern[grid](*ts, {''.join(c + ', ' for c in cs)}*sizes, nrows, r, *flat, BLOCK_ROWS=block_rows, BLOCK_R=block_r, BIG=big, "
-                  f"{fulls}, num_warps=warps)"]
+                  f"{fulls}, INNER=False, num_warps=warps)"]
         L.append(f"    return {ret}")
         return "\n".join(L) + "\n"
 
@@ -510,10 +630,12 @@ def loop_kernel(graph: Graph, grp: Group, options: dict | None = None) -> LoopSo
     gen = _Gen(graph, grp, options)
     gen.collect()
     if grp.kind == "pointwise":
-        kernels = [gen.flat()]
+        kernels = [gen.flat(), gen.tiled()]
         block = int(options.get("BLOCK", 1024))
-        config = {"BLOCK": block, "num_warps": int(options.get("num_warps", 4))}
-        space = {"BLOCK": [256, 512, 1024, 2048, 4096], "num_warps": [2, 4, 8]}
+        # TILE_2D: 64x64 fp32 = 16 KB through shared memory, 256-byte runs on both sides of a transpose
+        config = {"BLOCK": block, "num_warps": int(options.get("num_warps", 4)),
+                  "TILE_2D": int(options.get("TILE_2D", 64))}
+        space = {"BLOCK": [256, 512, 1024, 2048, 4096], "num_warps": [2, 4, 8], "TILE_2D": [32, 64, 128]}
     else:
         mode = options.get("mode", "auto")
         kernels = []
@@ -524,10 +646,12 @@ def loop_kernel(graph: Graph, grp: Group, options: dict | None = None) -> LoopSo
         if mode == "one_pass":
             kernels.append(gen.multi_pass())  # the launcher still needs it when R is beyond one tile
             mode = "auto"
+        # INNER_ROWS: 128 neighbours along a contiguous kept dim = 512 B per tile row in fp32
         config = {"mode": mode, "MAX_R": int(options.get("MAX_R", 8192)), "TILE": int(options.get("TILE", 4096)),
-                  "BLOCK_R": int(options.get("BLOCK_R", 2048)), "num_warps": int(options.get("num_warps", 0))}
+                  "BLOCK_R": int(options.get("BLOCK_R", 2048)), "num_warps": int(options.get("num_warps", 0)),
+                  "INNER_ROWS": int(options.get("INNER_ROWS", 128))}
         space = {"MAX_R": [1024, 4096, 8192, 16384], "TILE": [1024, 2048, 4096, 8192],
-                 "BLOCK_R": [512, 1024, 2048, 4096], "num_warps": [0, 2, 4, 8, 16]}
+                 "BLOCK_R": [512, 1024, 2048, 4096], "num_warps": [0, 2, 4, 8, 16], "INNER_ROWS": [32, 64, 128, 256]}
     src = "\n\n".join(kernels) + "\n\n" + gen.launcher()
     return LoopSource(grp.id, src, config, space, list(gen.ext_inputs), [o.value for o in gen.operands if o.is_output],
                       scalars=list(gen.scalars))

@@ -18,7 +18,7 @@ VIEW_OPS = frozenset({
     "squeeze.dims", "squeeze.default", "permute.default", "transpose.int", "t.default", "expand.default",
     "flatten.using_ints", "unflatten.int", "slice.Tensor", "select.int", "alias.default", "split.Tensor",
     "split_with_sizes.default", "chunk.default", "unbind.int", "narrow.default", "detach.default",
-    "contiguous.default", "as_strided.default", "view_as.default", "expand_as.default",
+    "as_strided.default", "view_as.default", "expand_as.default",
 })
 
 _UNARY = {
@@ -31,6 +31,9 @@ _UNARY = {
     "hardswish.default": "hardswish", "selu.default": "selu", "logical_not.default": "logical_not",
     "clone.default": "identity", "lift_fresh_copy.default": "identity", "square.default": "square",
     "relu6.default": "relu6",
+    # a copy into a fresh contiguous tensor: as a pointwise identity it is a kernel of ours (a tiled
+    # one when the source is transposed, see loopgen.py) and it fuses with the ops around it
+    "contiguous.default": "identity",
 }
 _BINARY = {
     "mul.Tensor": "mul", "mul.Scalar": "mul", "div.Tensor": "div", "div.Scalar": "div",
@@ -407,7 +410,7 @@ def _lower_aten(c: _Ctx) -> bool:
         _gemm(c, "mm", b["mat1"], b["mat2"], n.shape, bias=b["self"], alpha=float(b["alpha"]),
               beta=float(b["beta"]))
         return True
-    if op == "convolution.default" and b["bias"] is not None and _is_float(n.dtype):
+    if op in _CONVS and b.get("bias") is not None and _is_float(n.dtype) and len(n.attrs["args"]) > 2:
         # cuDNN adds the bias in a pass of its own; as a pointwise op it fuses with what follows
         nd = len(n.shape)
         bias = _channel_view(c, b["bias"], nd)
@@ -417,6 +420,8 @@ def _lower_aten(c: _Ctx) -> bool:
                       name=f"{n.name}_nobias")
         c.pw("add", conv, bias, final=True, shape=n.shape)
         return True
+    if op in _SPECIAL:
+        return _SPECIAL[op](c, b)
     if op == "matmul.default":
         sa, sb = c.shape(b["self"]), c.shape(b["other"])
         if len(sa) >= 2 and len(sb) == 2:
@@ -428,9 +433,57 @@ def _lower_aten(c: _Ctx) -> bool:
     return False
 
 
+_CONVS = ("convolution.default", "conv1d.default", "conv2d.default", "conv3d.default")
+
+
+# -- ops with a template of their own (``special.py``): one node each, run as one kernel ------------
+
+def _cumsum(c: _Ctx, b: dict) -> bool:
+    x = b["self"]
+    if not _is_float(c.dtype(x)) or not _is_float(c.node.dtype):
+        return False
+    nd = len(c.shape(x))
+    c.emit("special", "cumsum", (x,), c.node.shape, c.node.dtype, {"dim": int(b["dim"]) % max(nd, 1)}, final=True)
+    return True
+
+
+def _embedding(c: _Ctx, b: dict) -> bool:
+    w, ids = b["weight"], b["indices"]
+    if not _is_float(c.dtype(w)) or c.dtype(ids) not in ("int64", "int32") or len(c.shape(w)) != 2:
+        return False
+    c.emit("special", "embedding", (w, ids), c.node.shape, c.node.dtype, {}, final=True)
+    return True
+
+
+def _pair(v: Any, n: int = 2) -> list[int]:
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return [int(x) for x in (v * n if len(v) == 1 else v)]
+
+
+def _max_pool2d(c: _Ctx, b: dict, name: str | None = None, shape: tuple | None = None) -> bool:
+    x = b["self"]
+    if not _is_float(c.dtype(x)) or len(c.shape(x)) not in (3, 4):
+        return False
+    k = _pair(b["kernel_size"])
+    stride = _pair(b.get("stride") or k)
+    attrs = {"kernel": k, "stride": stride, "padding": _pair(b.get("padding", 0)),
+             "dilation": _pair(b.get("dilation", 1)), "ceil_mode": bool(b.get("ceil_mode", False))}
+    c.emit("special", "max_pool2d", (x,), shape or c.node.shape, c.dtype(x), attrs, final=name is None, name=name)
+    return True
+
+
+_SPECIAL: dict[str, Callable[[_Ctx, dict], bool]] = {
+    "cumsum.default": _cumsum,
+    "embedding.default": _embedding,
+    "max_pool2d.default": _max_pool2d,
+}
+
+
 def _fusible(node: Node, out: list[Node], graph: Graph) -> bool:
     """Kernels compute floating point values (bool masks allowed as inputs); integer math stays ATen."""
     for m in out:
+        if m.kind == "special":  # its lowering checked its own operand types
+            continue
         if m.kind in ("pw", "reduce", "gemm") and m.dtype not in FLOAT_DTYPES + ("bool",):
             return False
         for r in m.refs():
@@ -445,6 +498,12 @@ def lower_node(node: Node, graph: Graph) -> list[Node]:
     """The IR nodes that implement one captured node (itself when it is not an ATen call)."""
     if node.kind == "getitem":
         src = graph.by_name[node.args[0].name]
+        if node.attrs["index"] == 0 and src.op == "max_pool2d_with_indices.default" and src.kind == "aten":
+            # the values alone (the indices are dead code unless something reads them)
+            c = _Ctx(src, graph)
+            if _max_pool2d(c, src.attrs["bound"], name=node.name, shape=node.shape):
+                c.out[-1].dtype = node.dtype
+                return c.out
         if node.attrs["index"] == 0 and src.op in ("max.dim", "min.dim", "_native_batch_norm_legit_no_training.default"):
             tail = "_values" if src.op in ("max.dim", "min.dim") else "_out"
             return [Node(node.name, "pw", "identity", (Ref(src.name + tail),), {}, node.shape, node.dtype)]

@@ -9,6 +9,7 @@ Group kinds:
                  broadcast as a row, a column, a matrix or a scalar) and optionally a row reduction
                  over N recognised from the ``origin`` tags of the expanded softmax / log_softmax /
                  logsumexp / layer_norm / sum / max, then a row epilogue;
+- ``special``    one scan / gather / pooling node with a template of its own (``special.py``);
 - ``torch``      one view / opaque / getitem node, or a node an action sent back to PyTorch.
 
 A node may join a group unless a value it reads from outside comes from a group that (transitively)
@@ -43,7 +44,7 @@ class Options:
 @dataclass
 class Group:
     id: str
-    kind: str  # pointwise | rows | gemm | torch
+    kind: str  # pointwise | rows | gemm | special | torch
     nodes: list[str]
     domain: tuple[int, ...] | None = None
     red_dims: tuple[int, ...] = ()
@@ -335,6 +336,9 @@ class _Partitioner:
                 self.new("torch", n, closed=True)
                 continue
             if n.name in self.group_of:  # absorbed with its row block
+                continue
+            if n.kind == "special":  # a template of its own (special.py): one node, one kernel
+                self.new("special", n, closed=True)
                 continue
             if n.kind == "gemm":
                 if n.name in self.o.library_gemm or "*" in self.o.library_gemm:

@@ -98,12 +98,48 @@ def test_build_is_deterministic_and_records_actions(gemm_problem):
     assert "'GROUP_M': 1" in a.source and a.source != build(gemm_problem).source
 
 
+MATMUL = """import torch
+
+m = 64
+k = 4096
+n = 64
+SMALL = {"m": 5, "k": 16, "n": 33}
+
+
+class Model(torch.nn.Module):
+    def forward(self, a, b):
+        return a @ b
+
+
+def get_inputs():
+    return [torch.randn(m, k), torch.randn(k, n)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
 def test_plan_on_empty_tree_proposes_seeds(gemm_problem):
-    props = BuiltinAgents().plan(gemm_problem, [], 4, {})
+    # two fp32 inputs, K = 4096, default tolerances: only IEEE dots fit, so the cuBLAS variant is a
+    # second seed
+    mm = Problem("matmul", MATMUL)
+    props = BuiltinAgents().plan(mm, [], 4, {})
     assert props[0].parent_id is None and props[0].action is None
-    # fp32 with default tolerances: the IEEE-dot rule also offers the cuBLAS variant as a second seed
     assert props[1].action == LibraryGemm("*").to_dict()
-    assert len(seed(gemm_problem)) == 2
+    assert len(seed(mm)) == 2
+    # a Linear layer: its weight keeps the error of 3xTF32 inside 1e-4, the seed uses it, one seed
+    assert len(BuiltinAgents().plan(gemm_problem, [], 4, {})) == 1
+    assert len(seed(gemm_problem)) == 1 and 'input_precision="tf32x3"' in seed(gemm_problem)[0].source
+
+
+def test_plan_does_not_expand_library_only_nodes():
+    mm = Problem("matmul", MATMUL)
+    kern = row(build(mm), cid="k1", speed=0.8, selected=False)
+    lib = row(build(mm, [LibraryGemm("*")]), cid="l1", speed=1.0)
+    lib["best"]["library_only"] = True
+    props = BuiltinAgents().plan(mm, [kern, lib], 3, {})
+    assert props and all(p.parent_id == "k1" for p in props)
 
 
 def test_plan_expands_selected_node_without_repeating(gemm_problem):
@@ -159,8 +195,8 @@ def test_debug_mismatch_walks_the_precision_ladder(gemm_problem):
         assert fix.source is not None
         seen.append(fix.meta["actions"][-1]["kind"])
         code = build(gemm_problem, fix.meta["actions"])
-    # IEEE is already the rule for this fp32 problem: two-pass rows, then unfused row reduction, then cuBLAS
-    assert seen[0] in ("keep_row_out", "reduction_mode")
+    # the seed runs 3xTF32 (a Linear weight): IEEE dots first, then two-pass rows / unfused row reduction
+    assert seen[0] == "precision" and seen[1] in ("keep_row_out", "reduction_mode")
     assert len(set(seen)) == 3
 
 

@@ -1,0 +1,189 @@
+"""Templates for ops that are neither pointwise, row reductions nor GEMMs: one ``special`` node each
+(see ``lower.py``), one kernel per group.
+
+- ``cumsum``     a scan along one dim: rows of the scanned dim in chunks of ``BLOCK_R``; ``tl.cumsum``
+                 inside a chunk, a per-row carry between chunks (fp32 whatever the storage type).
+- ``embedding``  a gather of table rows: a [BLOCK_T tokens, BLOCK_H columns] tile per program, loads
+                 and stores contiguous along the hidden dim (a pure copy: exact in any dtype).
+- ``max_pool2d`` a window max: one program per BLOCK outputs, contiguous along the output width;
+                 the taps of neighbouring windows overlap, so re-reads come from L1/L2, not DRAM.
+All three are memory-bound: the tiles are chosen for full 128-byte transactions on the contiguous
+dim and a few KB in flight per program; the launchers read every size at run time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ir import Graph, Node
+from .partition import Group
+
+__all__ = ["special_kernel", "SpecialSource", "SPECIAL_OPS", "torch_expr"]
+
+SPECIAL_OPS = ("cumsum", "embedding", "max_pool2d")
+
+
+@dataclass
+class SpecialSource:
+    source: str  # kernel + launcher
+    call: str  # the forward line(s)
+    config: dict
+    space: dict
+
+
+def torch_expr(n: Node, args: list[str]) -> str:
+    """The PyTorch call a special node stands for (a group sent back to PyTorch by an action)."""
+    if n.op == "cumsum":
+        return f"torch.cumsum({args[0]}, dim={n.attrs['dim']}).to(torch.{n.dtype})"
+    if n.op == "embedding":
+        return f"torch.nn.functional.embedding({args[1]}, {args[0]})"
+    if n.op == "max_pool2d":
+        a = n.attrs
+        return (f"torch.nn.functional.max_pool2d({args[0]}, {a['kernel']}, {a['stride']}, {a['padding']}, "
+                f"{a['dilation']}, ceil_mode={a['ceil_mode']})")
+    raise ValueError(f"no PyTorch rendering for special op {n.op}")
+
+
+def _cumsum(name: str, n: Node, x: str, opts: dict) -> SpecialSource:
+    src = f'''@triton.jit
+def k_{name}(x_ptr, y_ptr, NROWS, R, BLOCK_ROWS: tl.constexpr, BLOCK_R: tl.constexpr, BIG: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    if BIG:
+        rows = rows.to(tl.int64)
+    rmask = rows < NROWS
+    carry = tl.zeros([BLOCK_ROWS], dtype=tl.float32)
+    for start in range(0, R, BLOCK_R):
+        cols = start + tl.arange(0, BLOCK_R)
+        mask = rmask[:, None] & (cols < R)[None, :]
+        offs = rows[:, None] * R + cols[None, :]
+        v = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        y = tl.cumsum(v, axis=1) + carry[:, None]
+        tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+        carry += tl.sum(v, axis=1)
+
+
+def launch_{name}(x):
+    """Inclusive prefix sum of ``x`` along dim {n.attrs["dim"]} (the scanned dim is made innermost)."""
+    cfg = CONFIG[{name!r}]
+    xt = x.movedim({n.attrs["dim"]}, -1).contiguous()
+    out = torch.empty(xt.shape, device=x.device, dtype=torch.{n.dtype})
+    r = xt.shape[-1] if xt.dim() else 1
+    nrows = xt.numel() // max(r, 1)
+    if xt.numel() == 0:
+        return out.movedim(-1, {n.attrs["dim"]})
+    block_r = min(triton.next_power_of_2(r), int(cfg["BLOCK_R"]))
+    block_rows = max(1, min(int(cfg["TILE"]) // block_r, triton.next_power_of_2(nrows)))
+    warps = int(cfg["num_warps"]) or max(1, min(8, block_rows * block_r // 512))
+    k_{name}[(triton.cdiv(nrows, block_rows),)](xt, out, nrows, r, BLOCK_ROWS=block_rows, BLOCK_R=block_r,
+        BIG=xt.numel() >= 2**31, num_warps=warps)
+    return out.movedim(-1, {n.attrs["dim"]})
+'''
+    # 4096 fp32 = 16 KB per chunk: wide enough for full transactions, short enough to stay in registers
+    config = {"BLOCK_R": int(opts.get("BLOCK_R", 4096)), "TILE": int(opts.get("TILE", 4096)),
+              "num_warps": int(opts.get("num_warps", 0))}
+    space = {"BLOCK_R": [1024, 2048, 4096, 8192], "TILE": [2048, 4096, 8192], "num_warps": [0, 4, 8, 16]}
+    return SpecialSource(src, f"{n.name} = launch_{name}({x})", config, space)
+
+
+def _embedding(name: str, n: Node, w: str, ids: str, opts: dict) -> SpecialSource:
+    src = f'''@triton.jit
+def k_{name}(w_ptr, ids_ptr, out_ptr, T, H, SW0, SW1, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+    pid_t = tl.program_id(0)
+    pid_h = tl.program_id(1)
+    t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    tmask = t < T
+    ids = tl.load(ids_ptr + t, mask=tmask, other=0).to(tl.int64)
+    h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask = tmask[:, None] & (h < H)[None, :]
+    vals = tl.load(w_ptr + ids[:, None] * SW0 + h[None, :] * SW1, mask=mask, other=0.0)
+    tl.store(out_ptr + t.to(tl.int64)[:, None] * H + h[None, :], vals, mask=mask)
+
+
+def launch_{name}(w, ids):
+    """Rows ``w[ids]`` (an embedding lookup; ids must lie in [0, w.shape[0]) as PyTorch requires)."""
+    cfg = CONFIG[{name!r}]
+    flat = ids.reshape(-1).contiguous()
+    hdim = w.shape[1]
+    out = torch.empty((flat.numel(), hdim), device=w.device, dtype=w.dtype)
+    if out.numel() == 0:
+        return out.view(*ids.shape, hdim)
+    block_h = min(triton.next_power_of_2(hdim), int(cfg["BLOCK_H"]))
+    block_t = max(1, min(int(cfg["TILE"]) // block_h, triton.next_power_of_2(flat.numel())))
+    grid = (triton.cdiv(flat.numel(), block_t), triton.cdiv(hdim, block_h))
+    k_{name}[grid](w, flat, out, flat.numel(), hdim, w.stride(0), w.stride(1), BLOCK_T=block_t, BLOCK_H=block_h,
+        num_warps=int(cfg["num_warps"]))
+    return out.view(*ids.shape, hdim)
+'''
+    # 1024 columns x 4 tokens: 4 KB contiguous per row (fp32), 16 elements per thread at 4 warps
+    config = {"BLOCK_H": int(opts.get("BLOCK_H", 1024)), "TILE": int(opts.get("TILE", 4096)),
+              "num_warps": int(opts.get("num_warps", 4))}
+    space = {"BLOCK_H": [256, 512, 1024, 2048], "TILE": [2048, 4096, 8192], "num_warps": [2, 4, 8]}
+    return SpecialSource(src, f"{n.name} = launch_{name}({w}, {ids})", config, space)
+
+
+def _max_pool2d(name: str, n: Node, x: str, opts: dict) -> SpecialSource:
+    a = n.attrs
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = a["kernel"], a["stride"], a["padding"], a["dilation"]
+    src = f'''@triton.jit
+def k_{name}(x_ptr, y_ptr, TOTAL, C, H, W, OH, OW, SN, SC, SH, SW, BLOCK: tl.constexpr, BIG: tl.constexpr):
+    pid = tl.program_id(0)
+    idx = pid * BLOCK + tl.arange(0, BLOCK)
+    if BIG:
+        idx = idx.to(tl.int64)
+    mask = idx < TOTAL
+    ow = idx % OW
+    oh = (idx // OW) % OH
+    nc = idx // (OW * OH)
+    base = (nc // C) * SN + (nc % C) * SC
+    acc = tl.full([BLOCK], float("-inf"), tl.float32)
+    for i in tl.static_range({kh}):
+        ih = oh * {sh} - {ph} + i * {dh}
+        hok = mask & (ih >= 0) & (ih < H)
+        for j in tl.static_range({kw}):
+            iw = ow * {sw} - {pw} + j * {dw}
+            ok = hok & (iw >= 0) & (iw < W)
+            v = tl.load(x_ptr + base + ih * SH + iw * SW, mask=ok, other=float("-inf")).to(tl.float32)
+            acc = tl.where((v > acc) | (v != v), v, acc)  # NaN wins, as in PyTorch
+    tl.store(y_ptr + idx, acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _{name}_out(size, k, s, p, d):
+    span = size + 2 * p - d * (k - 1) - 1
+    out = (span + (s - 1 if {a["ceil_mode"]!r} else 0)) // s + 1
+    if {a["ceil_mode"]!r} and (out - 1) * s >= size + p:
+        out -= 1  # the last window must start inside the input or its left padding
+    return out
+
+
+def launch_{name}(x):
+    """max_pool2d(kernel={a["kernel"]}, stride={a["stride"]}, padding={a["padding"]}, dilation={a["dilation"]}, ceil_mode={a["ceil_mode"]})."""
+    cfg = CONFIG[{name!r}]
+    x4 = x if x.dim() == 4 else x.unsqueeze(0)
+    nb, c, h, w = x4.shape
+    oh, ow = _{name}_out(h, {kh}, {sh}, {ph}, {dh}), _{name}_out(w, {kw}, {sw}, {pw}, {dw})
+    out = torch.empty((nb, c, oh, ow), device=x.device, dtype=x.dtype)
+    total = out.numel()
+    if total:
+        block = int(cfg["BLOCK"])
+        k_{name}[(triton.cdiv(total, block),)](x4, out, total, c, h, w, oh, ow, *x4.stride(), BLOCK=block,
+            BIG=max(total, x4.numel()) >= 2**31, num_warps=int(cfg["num_warps"]))
+    return out if x.dim() == 4 else out.squeeze(0)
+'''
+    config = {"BLOCK": int(opts.get("BLOCK", 1024)), "num_warps": int(opts.get("num_warps", 4))}
+    space = {"BLOCK": [256, 512, 1024, 2048], "num_warps": [2, 4, 8]}
+    return SpecialSource(src, f"{n.name} = launch_{name}({x})", config, space)
+
+
+def special_kernel(graph: Graph, grp: Group, options: dict | None = None) -> SpecialSource:
+    """Kernel, launcher and forward line of a ``special`` group (one node)."""
+    opts = options or {}
+    n = graph.node(grp.nodes[0])
+    args = [a.name for a in n.args]
+    if n.op == "cumsum":
+        return _cumsum(grp.id, n, args[0], opts)
+    if n.op == "embedding":
+        return _embedding(grp.id, n, args[0], args[1], opts)
+    if n.op == "max_pool2d":
+        return _max_pool2d(grp.id, n, args[0], opts)
+    raise ValueError(f"no template for special op {n.op!r}")
