@@ -37,6 +37,7 @@ from .actions import (
 from .build import Built, build, built
 from .codegen import allow_tf32, default_precision
 from .cost import CEILING_BW, group_costs, peak_flops
+from .loopgen import pointwise_defaults
 
 __all__ = ["BuiltinAgents", "seed", "candidate_actions", "profile_reference"]
 
@@ -104,7 +105,11 @@ def candidate_actions(problem: Problem, b: Built) -> list[tuple[Action, str]]:
             if mode != "one_pass" and r > 8192:
                 out.append((ReductionMode(grp.id, "one_pass"), grp.id))
         elif grp.kind == "pointwise":
-            out.append((SetConfig(grp.id, (("BLOCK", 4096), ("num_warps", 8)), "vectorised loads"), grp.id))
+            block = int((variant.get("config") or {}).get("BLOCK", pointwise_defaults(grp.domain)["BLOCK"]))
+            if block < 4096:
+                out.append((SetConfig(grp.id, (("BLOCK", 4096), ("num_warps", 8)), "vectorised loads"), grp.id))
+            else:  # the seed is wide already: the other side of the rule
+                out.append((SetConfig(grp.id, (("BLOCK", 1024), ("num_warps", 4)), "narrower blocks"), grp.id))
     return [(a, g) for a, g in out if a.describe() not in done]
 
 
@@ -269,8 +274,10 @@ class BuiltinAgents:
             flops = sum(c.flops for c in costs)
             secs = ms / 1e3
             bw = nbytes / secs / CEILING_BW
-            fl = flops / secs / peak_flops(st["dtype"], allow_tf32(st["dtype"], st["atol"], st["rtol"])) \
-                if has_gemm else flops / secs / peak_flops("float32")
+            peak = peak_flops(st["dtype"], allow_tf32(st["dtype"], st["atol"], st["rtol"]))
+            if any(g.kind == "gemm" and _precision(problem, b, g) == "tf32x3" for g in b.groups):
+                peak = peak_flops("float32", True) / 3  # three TF32 products per fp32 one
+            fl = flops / secs / peak if has_gemm else flops / secs / peak_flops("float32")
             bound = "memory" if bw >= fl else "compute"
             pct = 100.0 * max(bw, fl)
             if pct < 30:
