@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import operator
 import time
-from concurrent.futures import as_completed
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, TypedDict
+from typing import Annotated, Any, TypedDict
 
+from kernellab.agents.roles import Agents, Proposal
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import RetryPolicy, Send
 
-from kernellab.agents.roles import Agents, Proposal
 from kernellab.problem import Problem
 
 FAILED = ("compile_error", "runtime_error", "timeout", "crash", "incorrect", "rejected")

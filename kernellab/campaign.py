@@ -8,14 +8,13 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import sqlite3
-import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from kernellab import env
-from kernellab.problem import Problem, ProblemError, load_problem
+from kernellab.problem import Problem, load_problem
 
 __all__ = ["CampaignConfig", "start_campaign", "run_campaign", "resume_campaign", "CampaignError"]
 

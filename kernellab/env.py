@@ -31,7 +31,7 @@ def device_name(device: str | None = None) -> str:
     return f"cpu ({platform.processor() or platform.machine()}, Triton interpreter)"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def git_commit() -> str | None:
     # a copy without .git (e.g. the working tree sent to a GPU host) names its commit in the environment
     if os.environ.get("KERNELLAB_COMMIT"):
@@ -49,7 +49,7 @@ def git_commit() -> str | None:
         return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def versions() -> dict:
     import torch
 

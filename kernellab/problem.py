@@ -14,9 +14,10 @@ import io
 import os
 import tempfile
 import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -88,7 +89,7 @@ class Problem:
 
     @classmethod
     def from_module(cls, model: torch.nn.Module, example_inputs: list | tuple, name: str,
-                    atol: float | None = None, rtol: float | None = None) -> "Problem":
+                    atol: float | None = None, rtol: float | None = None) -> Problem:
         """Wrap a live model as a problem. The model and the example inputs are serialised
         (``torch.save``) into the problem so that sandbox workers can rebuild them; the model's
         class must therefore be importable (not defined in ``__main__`` of an interactive session).
@@ -187,7 +188,7 @@ def validate(problem: Problem, run: bool = True) -> None:
         mod = problem.module()
     except Exception as exc:
         raise ProblemError(f"{label}: executing the file raised {type(exc).__name__}: {exc}") from None
-    model_cls = getattr(mod, "Model")
+    model_cls = mod.Model
     if not (isinstance(model_cls, type) and issubclass(model_cls, torch.nn.Module)):
         raise ProblemError(f"{label}: Model is not a torch.nn.Module subclass")
     for fn in ("get_inputs", "get_init_inputs"):

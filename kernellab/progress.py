@@ -43,7 +43,7 @@ class Progress:
         self._lock = threading.Lock()
         self._live: Live | None = None
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         if self.enabled:
             self._live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
             self._live.__enter__()

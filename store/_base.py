@@ -3,7 +3,8 @@ from __future__ import annotations
 import abc
 import datetime as _dt
 import json
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 
 class StoreError(RuntimeError):

@@ -5,9 +5,10 @@ import os
 import sqlite3
 import threading
 import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from sqlite_utils import Database
 
@@ -107,7 +108,7 @@ class SQLiteStore(BaseStore):
         with self._lock:
             self._conn.close()
 
-    def __enter__(self) -> "SQLiteStore":
+    def __enter__(self) -> SQLiteStore:
         return self
 
     def __exit__(self, *exc: Any) -> None:

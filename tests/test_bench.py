@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernellab.bench import summarize, suite_paths, to_markdown
+from kernellab.bench import suite_paths, summarize, to_markdown
 
 
 def test_suite_paths_and_errors(tmp_path: Path) -> None:

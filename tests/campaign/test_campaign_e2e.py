@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from kernellab.store import Store
 
 from kernellab.campaign import CampaignConfig, run_campaign, start_campaign
-from kernellab.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = ROOT / "experiments" / "problems" / "fusions" / "gemm_bias_gelu.py"

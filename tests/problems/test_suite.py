@@ -51,7 +51,7 @@ def _outputs(path: Path, seed: int) -> tuple[list[torch.Tensor], list[torch.Tens
         out = output_tensors(inst.model(*inst.inputs))
         # A second call sees another RNG state: equal outputs mean nothing random happens in forward.
         again = output_tensors(inst.model(*inst.inputs))
-    assert all(torch.equal(a, b) for a, b in zip(out, again)), f"{path}: forward is not deterministic"
+    assert all(torch.equal(a, b) for a, b in zip(out, again, strict=True)), f"{path}: forward is not deterministic"
     return [x for x in inst.inputs if isinstance(x, torch.Tensor)], out
 
 
@@ -80,11 +80,11 @@ def test_problem_loads_runs_finite_and_deterministic(path: Path) -> None:
             assert o.float().abs().max() > 0, f"{path}: all-zero output checks nothing"
     # Same seed, same weights, inputs and outputs (nothing random or data-dependent in forward).
     inputs2, out2 = _outputs(path, seed=0)
-    assert all(torch.equal(a, b) for a, b in zip(inputs, inputs2))
-    assert all(torch.equal(a, b) for a, b in zip(out, out2))
+    assert all(torch.equal(a, b) for a, b in zip(inputs, inputs2, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(out, out2, strict=True))
     # Another seed draws other inputs (get_inputs really is random, so correctness trials differ).
     inputs3, _ = _outputs(path, seed=1)
-    assert any(not torch.equal(a, b) for a, b in zip(inputs, inputs3))
+    assert any(not torch.equal(a, b) for a, b in zip(inputs, inputs3, strict=True))
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)

@@ -7,9 +7,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from kernellab.store import Store, StoreError
 
 from kernellab import Problem
-from kernellab.store import Store, StoreError
 
 SRC = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x + 1\n" \
       "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n"
@@ -96,9 +96,12 @@ def test_evaluations_atomic_immutable_and_best(store) -> None:
     with pytest.raises(sqlite3.IntegrityError, match="immutable"):
         store._conn.execute("delete from evaluations where id = ?", [ea])
     # a metric that cannot be written rolls the whole evaluation back
-    with pytest.raises(Exception):
-        store.add_evaluation(b, _result(ms=0.4, config={"B": 1}), metrics=[("k", "x", "not a number")])
+    store._conn.execute("CREATE TEMP TRIGGER refuse_metric BEFORE INSERT ON metrics WHEN NEW.name = 'boom' "
+                        "BEGIN SELECT RAISE(ABORT, 'metric refused'); END")
+    with pytest.raises(sqlite3.IntegrityError, match="metric refused"):
+        store.add_evaluation(b, _result(ms=0.4, config={"B": 1}), metrics=[("k", "ok", 1.0), ("k", "boom", 2.0)])
     assert len(store.evaluations(candidate_id=b)) == 1
+    assert store.get_evaluation(store.evaluation_id(b, {"B": 1}, "full")) is None
     with pytest.raises(StoreError):
         store.add_evaluation(b, {"status": "great"})
     s = store.summary(cid)
