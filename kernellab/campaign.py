@@ -189,9 +189,11 @@ def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: A
         graph = build_graph(ctx).compile(checkpointer=saver)
         run_cfg = {"configurable": {"thread_id": camp["id"]}, "recursion_limit": 100_000}
         snap = graph.get_state(run_cfg)
-        if snap.values and not snap.next:
+        if snap.values.get("done") and not snap.next:
             pass  # finished before: nothing to do
         elif snap.values:
+            # killed mid-step: an empty ``next`` only says the step's finished tasks were saved as
+            # pending writes; invoking again applies them and goes on
             graph.invoke(None, run_cfg)
         else:
             graph.invoke({"problem_ids": list(problems), "index": 0, "round": 0, "elapsed_s": 0.0,
