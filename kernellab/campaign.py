@@ -16,7 +16,7 @@ from typing import Any
 from kernellab import env
 from kernellab.problem import Problem, load_problem
 
-__all__ = ["CampaignConfig", "start_campaign", "run_campaign", "resume_campaign", "CampaignError"]
+__all__ = ["CampaignConfig", "check_campaign", "start_campaign", "run_campaign", "resume_campaign", "CampaignError"]
 
 
 class CampaignError(RuntimeError):
@@ -61,10 +61,24 @@ class CampaignConfig:
             raise CampaignError("--device cuda, but no CUDA device is visible")
 
 
-def start_campaign(store: Any, config: CampaignConfig, name: str | None = None, agents: Any = None) -> str:
+def start_campaign(store: Any, config: CampaignConfig, name: str | None = None, agents: Any = None,
+                   problems: list[Problem] | None = None) -> str:
     """Validate the configuration and the problems, then create the campaign (nothing is written
     when a problem file is bad). ``agents`` (LLM agents with their own transport, as given to
-    ``run_campaign``) are the ones preflighted instead of a backend built from ``config``."""
+    ``run_campaign``) are the ones preflighted instead of a backend built from ``config``.
+    ``problems``: what :func:`check_campaign` returned, when the caller checked already."""
+    if problems is None:
+        problems = check_campaign(config, store=store, agents=agents)
+    device = config.device or env.default_device()
+    name = name or f"{'+'.join(p.name for p in problems)[:60]}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    cfg = asdict(config)
+    cfg["problem_ids"] = [store.add_problem(p) for p in problems]
+    return store.create_campaign(name, cfg, env.device_name(device), env.versions())
+
+
+def check_campaign(config: CampaignConfig, store: Any = None, agents: Any = None) -> list[Problem]:
+    """Everything that can be wrong before any work: options, problem files, the policy, and the LLM
+    backend's key, server and model (``store`` only for ``--replay``, which reads recorded calls)."""
     config.validate()
     problems = [load_problem(p) for p in config.problems]
     _check_policy(config.policy)
@@ -79,11 +93,7 @@ def start_campaign(store: Any, config: CampaignConfig, name: str | None = None, 
                 _llm_agents(config, store=store, campaign_id=None, preflight=True)
         except PreflightError as exc:
             raise CampaignError(str(exc)) from None
-    device = config.device or env.default_device()
-    name = name or f"{'+'.join(p.name for p in problems)[:60]}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    cfg = asdict(config)
-    cfg["problem_ids"] = [store.add_problem(p) for p in problems]
-    return store.create_campaign(name, cfg, env.device_name(device), env.versions())
+    return problems
 
 
 def _check_policy(name: str) -> None:

@@ -263,13 +263,15 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
     Prints the best candidate per problem; exit 1 when no problem got a correct candidate.
     A stopped or killed campaign continues with `kernellab resume NAME`.
     """
-    from .campaign import CampaignConfig, CampaignError, run_campaign, start_campaign
+    from .campaign import CampaignConfig, CampaignError, check_campaign, run_campaign, start_campaign
     from .progress import Progress
 
     config = CampaignConfig(problems=list(problems), device=None if device == "auto" else device, **opts)
-    store = _store(db, must_exist=False)
     try:
-        cid = start_campaign(store, config, name=name)
+        # checked before the database is opened, so that bad input writes nothing
+        checked = check_campaign(config, store=_store(db) if config.replay else None)
+        store = _store(db, must_exist=False)
+        cid = start_campaign(store, config, name=name, problems=checked)
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
     with Progress(enabled=None if not as_json else False) as progress:
