@@ -234,16 +234,9 @@ class _Partitioner:
         if n.kind == "pw" and not grp.row_reduction and self.only_user(tail, n.name):
             if n.shape != grp.domain:
                 return False
-            kinds = {}
-            for r in n.refs():
-                if r == tail:
-                    continue
-                if self.group_of.get(r) is grp:
-                    return False
-                k = self.operand_kind(grp, r, vector=False)
-                if k is None:
-                    return False
-                kinds[r] = k
+            kinds = self.epilogue_operands(grp, n, vector=False)
+            if kinds is None:
+                return False
             grp.operand_kinds.update(kinds)
             grp.epilogue.append(n.name)
             self.add(grp, n)
@@ -255,21 +248,29 @@ class _Partitioner:
             want = grp.domain[:-1] if vector else grp.domain
             if n.shape not in (want, want + (1,) if vector else want):
                 return False
-            kinds = {}
-            for r in n.refs():
-                if r == tail:
-                    continue
-                if self.group_of.get(r) is grp:
-                    return False
-                k = self.operand_kind(grp, r, vector=vector)
-                if k is None:
-                    return False
-                kinds[r] = k
+            kinds = self.epilogue_operands(grp, n, vector=vector)
+            if kinds is None:
+                return False
             grp.operand_kinds.update(kinds)
             grp.row_epilogue.append(n.name)
             self.add(grp, n)
             return True
         return False
+
+    def epilogue_operands(self, grp: Group, n: Node, vector: bool) -> dict | None:
+        """Operand kinds of ``n``'s inputs other than the GEMM tail; None when one cannot be an
+        epilogue operand (it is computed inside the group, or has no loadable kind)."""
+        kinds = {}
+        for r in n.refs():
+            if r == grp.tail:
+                continue
+            if self.group_of.get(r) is grp:
+                return None
+            k = self.operand_kind(grp, r, vector=vector)
+            if k is None:
+                return None
+            kinds[r] = k
+        return kinds
 
     def join_row_block(self, grp: Group, n: Node) -> bool:
         """Absorb a whole expanded softmax/layer_norm/... whose first node reads the GEMM tail."""
