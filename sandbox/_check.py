@@ -86,18 +86,6 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
-def poison(sizes: list[tuple[int, torch.device]], copies: int = 4) -> None:
-    """Fill freed memory with NaN: allocate blocks of the sizes the candidate is likely to ask for
-    (its outputs' and inputs' sizes), fill them and free them, so that the caching allocator hands
-    poisoned blocks to a candidate that returns uninitialised memory hoping for stale results."""
-    keep = []
-    for nbytes, device in sizes:
-        n = max(1, nbytes // 4)
-        for _ in range(copies):
-            keep.append(torch.full((n,), float("nan"), dtype=torch.float32, device=device))
-    del keep
-
-
 _CHUNK = 1 << 24  # elements compared at a time: full-size outputs (~1e9 elements) in float64 would
 # need tens of GB next to the problem's own tensors; chunks keep the check's memory small and fixed.
 

@@ -2,11 +2,14 @@
 
 Workers are started with ``subprocess`` and an explicit environment (not by editing our own
 ``os.environ``, which other threads of the caller may be reading), so even ``/proc/self/environ``
-of a worker holds no credentials.
+of a worker holds no credentials. The process that starts workers is made non-dumpable
+(:func:`protect_parent`), so a candidate cannot read credentials out of *our* ``/proc/<pid>/environ``
+or memory either.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import sys
@@ -50,3 +53,80 @@ def worker_env(home: str, device_env: dict[str, str]) -> dict[str, str]:
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.update(device_env)
     return env
+
+
+_PR_SET_DUMPABLE = 4
+
+
+def _environ_names() -> set[str]:
+    """Names in ``os.environ`` and in the environment the process started with."""
+    names = set(os.environ)
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            names |= {kv.split(b"=", 1)[0].decode("utf-8", "replace") for kv in f.read().split(b"\0") if kv}
+    except OSError:
+        pass
+    return names
+_protected = False
+
+
+def protect_parent() -> bool:
+    """Make this process non-dumpable (Linux ``prctl(PR_SET_DUMPABLE, 0)``) when its environment
+    holds anything secret. A worker runs as the same user, and ``/proc/<pid>/environ`` keeps the
+    environment a process *started* with (removing a key from ``os.environ`` does not erase it), so
+    a candidate could read the caller's API keys through ``os.getppid()``; the kernel refuses
+    ``environ``, ``mem`` and ``process_vm_readv`` of a non-dumpable process to other processes
+    without ``CAP_SYS_PTRACE``. The cost: no core dump of this process, and attaching a debugger or
+    py-spy needs root. A worker drops the capabilities that would bypass that check (:func:`drop_inspect_caps`),
+    which matters when it runs as root. Processes outside kernellab (the user's shell, say) are beyond its reach.
+    Returns whether the process is protected."""
+    global _protected
+    if _protected:
+        return True
+    if not sys.platform.startswith("linux") or not any(is_secret(k) for k in _environ_names()):
+        return False
+    try:
+        _protected = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # pragma: no cover - not glibc/musl
+        _protected = False
+    return _protected
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+_CAP_V3, _PR_CAPBSET_DROP = 0x20080522, 24
+# Each of these alone lets root read a non-dumpable process's environ (measured on Linux 6.18:
+# CAP_SYS_PTRACE, and CAP_PERFMON or CAP_SYS_ADMIN through perfmon_capable() for read access).
+_CAP_SYS_PTRACE, _CAP_SYS_ADMIN, _CAP_PERFMON = 19, 21, 38
+_INSPECT_CAPS = (_CAP_SYS_PTRACE, _CAP_SYS_ADMIN, _CAP_PERFMON)
+
+
+def drop_inspect_caps() -> bool:
+    """Drop the capabilities that let a process read another's memory and environment from this
+    process and anything it executes (a worker calls this before it loads a candidate). With them
+    a root worker passes the kernel's check on a non-dumpable parent; without them it is checked
+    like an ordinary user, who never holds them (which is also why GPU work does not need them).
+    Returns whether none of them is left."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        # the bounding set first: a program the candidate executes as root would get them back from there
+        for cap in _INSPECT_CAPS:
+            libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+        hdr, data = _CapHeader(_CAP_V3, 0), (_CapData * 2)()
+        if libc.capget(ctypes.byref(hdr), data) != 0:
+            return False
+        for cap in _INSPECT_CAPS:
+            keep = ~(1 << (cap % 32)) & 0xFFFFFFFF
+            for field in ("effective", "permitted", "inheritable"):
+                setattr(data[cap // 32], field, getattr(data[cap // 32], field) & keep)
+        return libc.capset(ctypes.byref(hdr), data) == 0
+    except (OSError, AttributeError):  # pragma: no cover - no capget/capset in this libc
+        return False

@@ -38,7 +38,7 @@ from typing import Any
 
 from kernellab.problem import Problem, content_hash
 
-from ._env import worker_env
+from ._env import protect_parent, worker_env
 from ._result import empty_result, truncate
 
 __all__ = ["Limits", "EvalJob", "Executor", "LocalExecutor", "default_executor", "SandboxError"]
@@ -147,6 +147,7 @@ class _Worker:
             extra["TRITON_INTERPRET"] = "1"
             if cpu_memory_gb:
                 extra["KERNELLAB_SANDBOX_MEMORY_GB"] = str(cpu_memory_gb)
+        protect_parent()
         env = worker_env(self.home, extra)
         if kind == "cuda":
             env.pop("TRITON_INTERPRET", None)

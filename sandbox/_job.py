@@ -8,9 +8,11 @@ alive while the candidate runs, and freed memory is poisoned before each candida
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +50,50 @@ def _poison(sizes: list[tuple[int, torch.device]], copies: int = 4) -> None:
     del keep
 
 
-def _has_poison(t: torch.Tensor) -> bool:
+# On the CPU torch allocates through glibc malloc, whose reuse of freed blocks _poison cannot steer
+# (about one run in ten handed the candidate a block it had not poisoned). There the candidate runs
+# with torch's deterministic mode on (warnings only), which fills every tensor torch.empty returns
+# with a *positive* quiet NaN; NaNs computed on x86 are negative (0xFFC00000), so that NaN where
+# the reference has a number marks memory the candidate never wrote.
+_FILL_NAN = {torch.float64: 0x7FF8000000000000, torch.float32: 0x7FC00000, torch.float16: 0x7E00,
+             torch.bfloat16: 0x7FC0}
+_WORD = {8: torch.int64, 4: torch.int32, 2: torch.int16}
+
+
+@contextlib.contextmanager
+def _filled_empty(on: bool):
+    if not on:
+        yield
+        return
+    was, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    # torch.use_deterministic_algorithms would also import torch._inductor (and so torch._dynamo,
+    # which wraps torch.manual_seed: the state snapshot would take that for the candidate's doing)
+    torch._C._set_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "... does not have a deterministic implementation"
+            yield
+    finally:
+        torch._C._set_deterministic_algorithms(was, warn_only=warn)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+
+
+def _has_poison(t: torch.Tensor, ref: torch.Tensor) -> bool:
     if not t.is_floating_point() or t.numel() == 0:
         return False
     t = t.detach().contiguous()
-    if t.element_size() == 4:
-        return bool((t.view(torch.int32) == POISON32).any())
-    if t.element_size() == 2:
-        return bool((t.view(torch.int16) == POISON16).any())
-    return False
+    word = _WORD.get(t.element_size())
+    if word is None:
+        return False
+    bits = t.view(word)
+    found = torch.zeros_like(bits, dtype=torch.bool)
+    if t.element_size() in (4, 2):
+        found |= bits == (POISON32 if t.element_size() == 4 else POISON16)
+    if t.device.type == "cpu" and t.dtype in _FILL_NAN and ref.shape == t.shape:
+        found |= (bits == _FILL_NAN[t.dtype]) & ~ref.detach().isnan()
+    return bool(found.any())
 
 
 def _sync(dev: torch.device) -> None:
@@ -269,7 +306,8 @@ def _trials(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict, first_
         _poison(sizes)
         _sync(dev)
         t0 = time.perf_counter()
-        out = _call(state, model, xin)
+        with _filled_empty(dev.type == "cpu"):
+            out = _call(state, model, xin)
         _sync(dev)
         forward_s += time.perf_counter() - t0
         if i == 0:
@@ -285,7 +323,7 @@ def _trials(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict, first_
             if any(overlaps(o, e) for e in earlier):
                 raise Rejected("output_aliases_earlier_output",
                                f"output {k} shares memory with an earlier output or a reference output (trial {i})")
-            if _has_poison(o):
+            if _has_poison(o, tr["ref"][k]):
                 raise Rejected("stale_memory", f"output {k} holds poisoned freed memory the candidate never wrote "
                                                f"(trial {i}): it returns uninitialised memory")
         changed = modified_inputs(before, xin)

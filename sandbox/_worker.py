@@ -28,6 +28,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from ._env import drop_inspect_caps
+
 SEED = 1234
 
 
@@ -136,6 +138,7 @@ def _watch_parent() -> None:
 
 
 def main() -> None:
+    drop_inspect_caps()
     _limit_memory()
     _watch_parent()
     fd = int(sys.argv[1])
