@@ -74,33 +74,23 @@ def round_to(expr: str, dtype: str) -> str:
     return expr
 
 
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_UNARY = {"neg": "(-{a})", "abs": "tl.abs({a})", "log1p": "tl.log(1.0 + {a})", "reciprocal": "(1.0 / {a})",
+          "square": "({a} * {a})", "identity": "{a}"}
+_TL_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "sin", "cos", "floor", "ceil", "sigmoid")
+
+
 def emit_pw(op: str, args: list[str], attrs: dict, raw: list[Any]) -> str:
     """Triton expression for ``op`` over already-rendered ``args``; ``raw`` holds the IR arguments
     (to see which are Python scalars, e.g. a constant exponent)."""
     a = args[0] if args else None
     b = args[1] if len(args) > 1 else None
-    if op == "add":
-        return f"({a} + {b})"
-    if op == "sub":
-        return f"({a} - {b})"
-    if op == "mul":
-        return f"({a} * {b})"
-    if op == "div":
-        return f"({a} / {b})"
-    if op == "neg":
-        return f"(-{a})"
-    if op == "abs":
-        return f"tl.abs({a})"
-    if op in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "sin", "cos", "floor", "ceil", "sigmoid"):
+    if op in _INFIX:
+        return f"({a} {_INFIX[op]} {b})"
+    if op in _UNARY:
+        return _UNARY[op].format(a=a)
+    if op in _TL_UNARY:
         return f"tl.{op}({a})"
-    if op == "log1p":
-        return f"tl.log(1.0 + {a})"
-    if op == "reciprocal":
-        return f"(1.0 / {a})"
-    if op == "square":
-        return f"({a} * {a})"
-    if op == "identity":
-        return a
     if op == "cast":
         dt = attrs.get("dtype", "float32")
         if dt == "float32":
