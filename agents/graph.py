@@ -77,9 +77,14 @@ def _tree_rows(ctx: Context, problem_id: str, selected: list[str | None] | None 
     analyses = {}
     for ev in store.events(ctx.campaign_id, "analyze"):
         analyses[ev["payload"].get("candidate_id")] = ev["payload"]
+    by_candidate: dict[str, list[dict]] = {}
+    # one query for the campaign, not one per candidate: plan reads the tree at every step
+    for e in store.evaluations(campaign_id=ctx.campaign_id):
+        if e["kind"] in ("full", "retime"):
+            by_candidate.setdefault(e["candidate_id"], []).append(e)
     rows = []
     for c in store.candidates(ctx.campaign_id, problem_id):
-        evals = [e for e in store.evaluations(candidate_id=c["id"]) if e["kind"] in ("full", "retime")]
+        evals = by_candidate.get(c["id"], [])
         correct = [e for e in evals if e["status"] == "correct"]
         best = None
         if correct:
