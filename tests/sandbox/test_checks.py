@@ -134,3 +134,25 @@ def test_profile_without_ncu_says_why(tmp_path):
     p = Problem(name="t", source="import torch\n")
     res = profile(p, "", ncu=str(tmp_path / "no-ncu"))
     assert isinstance(res, ProfileResult) and res == [] and "ncu" in res.reason
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_stale_memory_marks(dtype):
+    from kernellab.sandbox._job import POISON16, POISON32, _filled_empty, _has_poison
+
+    ref = torch.randn(5, 7).to(dtype)
+    with _filled_empty(True):
+        never_written = torch.empty(5, 7, dtype=dtype)
+    assert not torch.are_deterministic_algorithms_enabled()  # restored after the call
+    assert _has_poison(never_written, ref)
+    assert not _has_poison(ref.clone(), ref)
+    one_nan = ref.clone()
+    one_nan[0, 0] = float("nan")  # the candidate's own NaN: incorrect, not stale memory
+    assert not _has_poison(one_nan, ref)
+    assert not _has_poison(never_written, torch.full_like(ref, float("nan")))  # the reference is all NaN too
+    if dtype in (torch.float32, torch.float16, torch.bfloat16):
+        word = ref.clone().contiguous()
+        view = word.view(torch.int32 if word.element_size() == 4 else torch.int16)
+        view[2, 3] = POISON32 if word.element_size() == 4 else POISON16  # the GPU poison: one word is enough
+        assert _has_poison(word, ref)
+    assert not _has_poison(torch.zeros(5, 7, dtype=torch.int32), ref)
