@@ -67,6 +67,8 @@ def _environ_names() -> set[str]:
     except OSError:
         pass
     return names
+
+
 _protected = False
 
 
@@ -76,10 +78,11 @@ def protect_parent() -> bool:
     environment a process *started* with (removing a key from ``os.environ`` does not erase it), so
     a candidate could read the caller's API keys through ``os.getppid()``; the kernel refuses
     ``environ``, ``mem`` and ``process_vm_readv`` of a non-dumpable process to other processes
-    without ``CAP_SYS_PTRACE``. The cost: no core dump of this process, and attaching a debugger or
-    py-spy needs root. A worker drops the capabilities that would bypass that check (:func:`drop_inspect_caps`),
-    which matters when it runs as root. Processes outside kernellab (the user's shell, say) are beyond its reach.
-    Returns whether the process is protected."""
+    unless they hold ``CAP_SYS_PTRACE`` (or, for reading, ``CAP_PERFMON``/``CAP_SYS_ADMIN``). The
+    cost: no core dump of this process, and attaching a debugger or py-spy needs root. A worker
+    drops those capabilities (:func:`drop_inspect_caps`), which matters when it runs as root.
+    Processes outside kernellab (the user's shell, say) are beyond its reach. Returns whether the
+    process is protected."""
     global _protected
     if _protected:
         return True

@@ -88,10 +88,8 @@ def _has_poison(t: torch.Tensor, ref: torch.Tensor) -> bool:
     if word is None:
         return False
     bits = t.view(word)
-    found = torch.zeros_like(bits, dtype=torch.bool)
-    if t.element_size() in (4, 2):
-        found |= bits == (POISON32 if t.element_size() == 4 else POISON16)
-    if found.any():
+    poison = {4: POISON32, 2: POISON16}.get(t.element_size())
+    if poison is not None and bool((bits == poison).any()):
         return True
     # A single NaN written by the candidate (`y[0] = float("nan")`) has the fill's bits too: only an
     # output that is the fill throughout, where the reference has numbers, is memory never written.
