@@ -505,14 +505,7 @@ class _Gen:
         for k in range(len(self.operands)):
             body += [f"    if FULL{k}:", f"        f{k} = idx", "    else:",
                      f"        f{k} = i0 * s{k}_0 + i1 * s{k}_1 + i2 * s{k}_2"]
-        env: dict[str, str] = {}
-        inner = self.emit_nodes(list(self.grp.nodes), env, False, set())
-        for k, op in enumerate(self.operands):
-            if op.is_output:
-                dt = _TL_DTYPE.get(self.g.node(op.value).dtype, "tl.int1")
-                inner.append(f"tl.store(t{k} + f{k}, {_store_cast(env[op.value], dt)}, mask=mask)")
-        body += ["    " + ln for ln in inner]
-        return self.kernel_def(f"k_{self.name}", body)
+        return self.pointwise_def(f"k_{self.name}", body)
 
     def tiled(self) -> str:
         """Pointwise over a [BLOCK_ROWS, BLOCK_R] tile of (dim 1, dim 2) per program: when an input is
@@ -526,14 +519,18 @@ class _Gen:
                 "    mask = (i1 < S1)[:, None] & (i2 < S2)[None, :]"]
         for k in range(len(self.operands)):
             body.append(f"    f{k} = i0 * s{k}_0 + i1[:, None] * s{k}_1 + i2[None, :] * s{k}_2")
+        return self.pointwise_def(f"k_{self.name}_2d", body)
+
+    def pointwise_def(self, name: str, body: list[str]) -> str:
+        """``body`` (index and offset lines ``f{k}``, ``mask``) plus the group's ops and the masked
+        stores of its outputs: the tail shared by the flat and the tiled pointwise kernels."""
         env: dict[str, str] = {}
         inner = self.emit_nodes(list(self.grp.nodes), env, False, set())
         for k, op in enumerate(self.operands):
             if op.is_output:
                 dt = _TL_DTYPE.get(self.g.node(op.value).dtype, "tl.int1")
                 inner.append(f"tl.store(t{k} + f{k}, {_store_cast(env[op.value], dt)}, mask=mask)")
-        body += ["    " + ln for ln in inner]
-        return self.kernel_def(f"k_{self.name}_2d", body)
+        return self.kernel_def(name, body + ["    " + ln for ln in inner])
 
     def kernel_def(self, name: str, body: list[str]) -> str:
         ops = ", ".join(f"t{k}={'out ' if o.is_output else ''}{o.value}" for k, o in enumerate(self.operands))

@@ -234,13 +234,7 @@ class _Partitioner:
         if n.kind == "pw" and not grp.row_reduction and self.only_user(tail, n.name):
             if n.shape != grp.domain:
                 return False
-            kinds = self.epilogue_operands(grp, n, vector=False)
-            if kinds is None:
-                return False
-            grp.operand_kinds.update(kinds)
-            grp.epilogue.append(n.name)
-            self.add(grp, n)
-            return True
+            return self.take_epilogue(grp, n, grp.epilogue, vector=False)
         if n.kind in ("pw", "reduce") and not grp.row_reduction and grp.id not in self.o.no_row_fusion:
             return self.join_row_block(grp, n)
         if n.kind == "pw" and grp.row_reduction and self.only_user(tail, n.name):
@@ -248,14 +242,18 @@ class _Partitioner:
             want = grp.domain[:-1] if vector else grp.domain
             if n.shape not in (want, want + (1,) if vector else want):
                 return False
-            kinds = self.epilogue_operands(grp, n, vector=vector)
-            if kinds is None:
-                return False
-            grp.operand_kinds.update(kinds)
-            grp.row_epilogue.append(n.name)
-            self.add(grp, n)
-            return True
+            return self.take_epilogue(grp, n, grp.row_epilogue, vector=vector)
         return False
+
+    def take_epilogue(self, grp: Group, n: Node, into: list[str], vector: bool) -> bool:
+        """Add ``n`` to the GEMM group as an epilogue op (listed in ``into``), if its operands allow."""
+        kinds = self.epilogue_operands(grp, n, vector=vector)
+        if kinds is None:
+            return False
+        grp.operand_kinds.update(kinds)
+        into.append(n.name)
+        self.add(grp, n)
+        return True
 
     def epilogue_operands(self, grp: Group, n: Node, vector: bool) -> dict | None:
         """Operand kinds of ``n``'s inputs other than the GEMM tail; None when one cannot be an
