@@ -371,6 +371,7 @@ class LocalExecutor(Executor):
 
     def _slot(self, kind: str, gpu: str | None) -> None:
         worker: _Worker | None = None
+        start_error = "no worker was started"
         q = self._queues[kind]
         while True:
             if worker is None and not self._closed:
@@ -386,7 +387,10 @@ class LocalExecutor(Executor):
             job, fut = item
             if worker is None:
                 r = empty_result(job.config)
-                r.update(status="crash", error_class="worker_start", error_text=truncate(start_error))
+                if self._closed:  # queued before the shutdown: no worker was started for it
+                    r.update(status="crash", error_class="shutdown", error_text="the executor was shut down")
+                else:
+                    r.update(status="crash", error_class="worker_start", error_text=truncate(start_error))
                 fut.set_result(r)
                 continue
             try:
