@@ -177,3 +177,35 @@ def check_structure(ref: list[torch.Tensor], out: Any) -> tuple[str, str] | None
         if r.device != o.device:
             return "device", f"output {i} is on {o.device}, the reference on {r.device}"
     return None
+
+
+# On the synthetic distributions (uniform, large, mixed) a problem can be far worse conditioned than
+# on its own sample: a GEMM whose operand was scaled by 1/sqrt(K) gets O(10) outputs from ``uniform``,
+# and attention's logits grow with the square of ``large``'s scale. There the fp32 reference carries
+# rounding error of the size of the tolerance itself, and a second correct fp32 summation order
+# differs from it by about as much. So when a candidate misses the fp32 reference on such a trial,
+# both are judged against the reference computed in fp64: the candidate passes when its excess over
+# the tolerance is at most ANCHOR_FACTOR times the fp32 reference's own error. The ``problem`` trial
+# (KernelBench's own inputs) is never anchored: there the plain allclose decides.
+ANCHOR_FACTOR = 2.0
+
+
+def anchored(ref64: torch.Tensor, ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> dict[str, Any]:
+    """Judge ``out`` against the fp64 reference ``ref64``, by the fp32 reference ``ref``'s own error."""
+    r64 = ref64.detach().reshape(-1)
+    r32, o = ref.detach().reshape(-1), out.detach().reshape(-1)
+    ref_err = cand_excess = 0.0
+    finite = True
+    for lo in range(0, max(r64.numel(), 1), _CHUNK):
+        a = r64[lo:lo + _CHUNK].double()
+        if a.numel() == 0:
+            break
+        b = r32[lo:lo + _CHUNK].double().to(a.device)
+        c = o[lo:lo + _CHUNK].double().to(a.device)
+        if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(c).all())):
+            finite = False
+            break
+        ref_err = max(ref_err, float((b - a).abs().max()))
+        cand_excess = max(cand_excess, float(((c - a).abs() - (atol + rtol * a.abs())).max()))
+    ok = finite and cand_excess <= ANCHOR_FACTOR * ref_err
+    return {"ok": ok, "ref_err_vs_fp64": ref_err, "cand_excess_vs_fp64": max(cand_excess, 0.0), "finite": finite}

@@ -19,6 +19,9 @@ import torch
 from kernellab.sandbox import RESULT_KEYS, EvalJob, Limits
 
 HERE = Path(__file__).resolve().parent
+# one xdist worker runs the whole file: its module fixture submits every candidate at once, and on
+# several workers each would submit (and wait for) the whole suite again
+pytestmark = pytest.mark.xdist_group("adversarial")
 
 CUDA = torch.cuda.is_available()
 FILES = sorted((HERE / "adversarial").glob("*.py"))

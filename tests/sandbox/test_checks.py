@@ -156,3 +156,29 @@ def test_stale_memory_marks(dtype):
         view[2, 3] = POISON32 if word.element_size() == 4 else POISON16  # the GPU poison: one word is enough
         assert _has_poison(word, ref)
     assert not _has_poison(torch.zeros(5, 7, dtype=torch.int32), ref)
+
+
+def test_fp64_anchor_accepts_a_candidate_no_worse_than_the_fp32_reference():
+    from kernellab.sandbox._check import anchored
+
+    g = torch.Generator().manual_seed(0)
+    exact = torch.randn(10_000, generator=g, dtype=torch.float64) * 10
+    ref32 = (exact + 3e-4 * torch.randn(10_000, generator=g, dtype=torch.float64)).float()  # rounding of order atol
+    other = (exact + 3e-4 * torch.randn(10_000, generator=g, dtype=torch.float64)).float()  # another summation order
+    assert not torch.allclose(other, ref32, atol=1e-4, rtol=1e-4)  # the plain check rejects it
+    a = anchored(exact, ref32, other, 1e-4, 1e-4)
+    assert a["ok"] and a["ref_err_vs_fp64"] > 1e-4
+
+
+def test_fp64_anchor_rejects_a_wrong_candidate_and_non_finite_output():
+    from kernellab.sandbox._check import anchored
+
+    g = torch.Generator().manual_seed(1)
+    exact = torch.randn(10_000, generator=g, dtype=torch.float64)
+    ref32 = (exact + 1e-5 * torch.randn(10_000, generator=g, dtype=torch.float64)).float()
+    wrong = ref32.clone()
+    wrong[123] += 0.01  # one element off by far more than the reference's own error
+    assert not anchored(exact, ref32, wrong, 1e-4, 1e-4)["ok"]
+    nan = ref32.clone()
+    nan[7] = float("nan")
+    assert not anchored(exact, ref32, nan, 1e-4, 1e-4)["ok"]
