@@ -401,7 +401,11 @@ def _follow(w: Any, state: dict, model: Any, d: dict) -> None:
     _integrity(state, "after timing")
     atol = state["atol"] * (LARGE_SCALE if trials[1]["dist"] == "large" else 1.0)
     for k, (ref, o) in enumerate(zip(trials[1]["ref"], out or [], strict=False)):
-        if not compare(ref, o, atol, state["rtol"])["ok"]:
+        c = compare(ref, o, atol, state["rtol"])
+        if not c["ok"] and c["error_class"] == "mismatch" and trials[1]["dist"] != "problem":
+            a = _anchor(state, trials[1], k, ref, o, atol)
+            c["ok"] = a is not None and a["ok"]
+        if not c["ok"]:
             stale = compare(trials[0]["ref"][k], o, state["atol"], state["rtol"])["ok"]
             if stale:
                 raise Rejected("cached_result", "new values written into the same input tensors gave the old "

@@ -53,14 +53,18 @@ def k_{name}(x_ptr, y_ptr, NROWS, R, BLOCK_ROWS: tl.constexpr, BLOCK_R: tl.const
         rows = rows.to(tl.int64)
     rmask = rows < NROWS
     carry = tl.zeros([BLOCK_ROWS], dtype=tl.float32)
+    # the carry enters the chunk's first column before the scan, so the scan's result only feeds the
+    # store: Triton 3.6 fails to compile a scan result combined with a broadcast on the GPU
+    # (OptimizeThreadLocality; experiments/probes/cumsum_variants.py)
+    first = (tl.arange(0, BLOCK_R) == 0)[None, :]
     for start in range(0, R, BLOCK_R):
         cols = start + tl.arange(0, BLOCK_R)
         mask = rmask[:, None] & (cols < R)[None, :]
         offs = rows[:, None] * R + cols[None, :]
         v = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        y = tl.cumsum(v, axis=1) + carry[:, None]
-        tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
-        carry += tl.sum(v, axis=1)
+        v = tl.where(first, v + carry[:, None], v)
+        tl.store(y_ptr + offs, tl.cumsum(v, axis=1).to(y_ptr.dtype.element_ty), mask=mask)
+        carry = tl.sum(v, axis=1)
 
 
 def launch_{name}(x):
