@@ -344,6 +344,7 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
         f"{f' ({shard[0]}/{shard[1]})' if shard else ''}; {skipped} skipped as finished, {resumed} to resume, "
         f"{len(todo) - resumed} to start (config {chash})")
     counter = {"done": skipped}
+    write()  # the files exist from the start and say how much of the suite is finished
 
     # Workers share the GPU's memory evenly; full-size memory-bound problems hold several GB of inputs
     # and reference outputs per trial, so more than 4 workers per GPU run out of memory.
