@@ -288,3 +288,10 @@ def test_interrupted_bench_rerun_repeats_nothing_and_shards_merge(tmp_path: Path
     merged = bench_summary(str(suite), [Store(shard0), shard1], TINY_KW, out_dir=out)[0]
     assert merged["complete"] and merged["summary"] == r1["summary"]
     assert [p["problem"] for p in merged["problems"]] == [p["problem"] for p in r1["problems"]]
+    # the same through the command line
+    r = subprocess.run([sys.executable, "-m", "kernellab.cli", "bench", str(suite), "--summary-only", "--db", str(shard0),
+                        "--db", str(tmp_path / "shard1.db"), "--budget", "1", "--trials", "1", "--width", "1",
+                        "--debug-rounds", "0", "--device", "cpu", "--small", "--out-dir", str(out), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["summary"] == r1["summary"]
