@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from kernellab import env
-from kernellab.campaign import CampaignConfig, run_campaign, start_campaign
+from kernellab.campaign import CampaignConfig, check_campaign, run_campaign, start_campaign
 from kernellab.fileio import write_atomic
 from kernellab.problem import Problem, load_problem
 
@@ -250,27 +250,33 @@ class _Rows:
         self.objective, self.allow_library = objective, allow_library
         self._cache: dict[tuple[int, str], dict] = {}
 
-    def campaigns(self, pid: str) -> list[tuple[int, dict]]:
-        out = [(k, c) for k, s in enumerate(self.stores) for c in bench_campaigns(s, self.chash).get(pid, [])]
+    def campaigns(self, pid: str, index: list[dict] | None = None) -> list[tuple[int, dict]]:
+        """(store index, campaign) of problem ``pid``, the one that counts last: the latest finished
+        campaign, else the latest unfinished one."""
+        index = index if index is not None else [bench_campaigns(s, self.chash) for s in self.stores]
+        out = [(k, c) for k, ix in enumerate(index) for c in ix.get(pid, [])]
         return sorted(out, key=lambda kc: (kc[1]["status"] == "done", kc[1]["updated_at"] or ""))
 
     def all(self) -> list[dict]:
         index = [bench_campaigns(s, self.chash) for s in self.stores]
         rows = []
         for prob, path in zip(self.problems, self.paths, strict=True):
-            found = sorted(((k, c) for k, ix in enumerate(index) for c in ix.get(prob.id, [])),
-                           key=lambda kc: (kc[1]["status"] == "done", kc[1]["updated_at"] or ""))
+            found = self.campaigns(prob.id, index)
             if not found:
                 rows.append(pending_row(prob, path, "not run"))
                 continue
-            k, camp = found[-1]  # the latest finished campaign, else the latest unfinished one
+            k, camp = found[-1]
             key = (k, camp["id"])
-            row = self._cache.get(key) or problem_row(self.stores[k], camp["id"], self.objective, self.allow_library)
-            errors = [e["payload"]["error"] for e in self.stores[k].events(camp["id"], "error")]
-            if errors:
-                row["campaign_error"] = errors[-1]
+            if key in self._cache:
+                rows.append(self._cache[key])
+                continue
+            row = problem_row(self.stores[k], camp["id"], self.objective, self.allow_library)
             if camp["status"] == "done":
                 self._cache[key] = row
+            else:  # why it stopped, if the bench recorded it (a finished campaign's old error is history)
+                errors = [e["payload"]["error"] for e in self.stores[k].events(camp["id"], "error")]
+                if errors:
+                    row["campaign_error"] = errors[-1]
             rows.append(row)
         return rows
 
@@ -311,13 +317,13 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     paths = suite_paths(suite)
     problems = [load_problem(p) for p in paths]  # all-or-nothing: a bad file stops before any work
     mine = shard_indices(paths, shard)
+    CampaignConfig(problems=[str(p) for p in paths], **config_kw).validate()
     cfg = bench_config(config_kw)
     chash = config_hash(cfg)
     stamp = _dt.datetime.now(_dt.timezone.utc)
     device = config_kw.get("device") or env.default_device()
     stem = _stem(stamp, env.device_name(device), name or Path(suite).stem, shard)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    jpath, mpath = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+    jpath, mpath = Path(out_dir) / f"{stem}.json", Path(out_dir) / f"{stem}.md"
     reader = _Rows([store], problems, paths, chash, cfg["objective"], allow_library)
     lock = threading.Lock()
     say = log or (lambda msg: None)
@@ -340,6 +346,8 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
             todo.append((i, camps[-1][1]["id"]))
         else:
             todo.append((i, None))
+    if todo:  # options, policy and LLM backend checked once, before anything is written
+        check_campaign(CampaignConfig(problems=[str(paths[todo[0][0]])], **config_kw), store=store)
     say(f"bench {suite}: {len(problems)} problems, {len(mine)} in this shard"
         f"{f' ({shard[0]}/{shard[1]})' if shard else ''}; {skipped} skipped as finished, {resumed} to resume, "
         f"{len(todo) - resumed} to start (config {chash})")
@@ -354,8 +362,8 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
         prob, path = problems[i], paths[i]
         if resume is None:
             ccfg = CampaignConfig(problems=[str(path)], **config_kw)
-            cid = start_campaign(store, ccfg, name=f"bench-{Path(suite).stem}-{prob.name}-{chash[:8]}-"
-                                                   f"{stamp.strftime('%Y%m%d-%H%M%S')}")
+            cid = start_campaign(store, ccfg, problems=[prob], name=f"bench-{Path(suite).stem}-{prob.name}-"
+                                                                    f"{chash[:8]}-{stamp.strftime('%Y%m%d-%H%M%S')}")
             camp = store.get_campaign(cid)
             store.update_campaign(cid, config={**camp["config"], "bench": {"config_hash": chash, "suite": suite}})
         else:

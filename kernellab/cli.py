@@ -401,7 +401,7 @@ def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None
                 raise BenchError(f"--db given {len(dbs)} times: several databases only with --summary-only")
             store = _store(dbs[0], must_exist=False)
             with Progress(enabled=None if not as_json else False) as progress:
-                log = functools.partial(progress.console.print, markup=False, highlight=False)
+                log = functools.partial(progress.console.print, markup=False, highlight=False, soft_wrap=True)
                 result, jpath, mpath = run_bench(suite, store, kw, name=name, allow_library=allow_library,
                                                  out_dir=out, progress=progress, jobs=jobs, shard=shard_t, log=log)
     except (FileNotFoundError, CampaignError, BenchError) as exc:

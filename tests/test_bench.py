@@ -122,11 +122,13 @@ def test_shard_syntax_and_split_covers_every_problem_once() -> None:
 
 def test_bad_shard_and_several_dbs_are_one_line_usage_errors(tmp_path: Path) -> None:
     for args, msg in ((["--shard", "2/2"], "--shard '2/2': expected I/N"),
-                      (["--db", str(tmp_path / "a.db"), "--db", str(tmp_path / "b.db")], "only with --summary-only")):
-        r = subprocess.run([sys.executable, "-m", "kernellab.cli", "bench", "ci", *args], capture_output=True,
-                           text=True, timeout=120, cwd=tmp_path)
+                      (["--db", str(tmp_path / "a.db"), "--db", str(tmp_path / "b.db")], "only with --summary-only"),
+                      (["--policy", "nope", "--db", str(tmp_path / "c.db")], "--policy 'nope'")):
+        r = subprocess.run([sys.executable, "-m", "kernellab.cli", "bench", "ci", *args, "--out-dir", "out"],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and msg in r.stderr, r.stderr
         assert not (tmp_path / "kernellab.db").exists() and not (tmp_path / "a.db").exists()
+        assert not (tmp_path / "out").exists()  # bad input writes no result file
 
 
 def test_config_hash_covers_what_changes_results() -> None:
