@@ -297,3 +297,49 @@ def test_interrupted_bench_rerun_repeats_nothing_and_shards_merge(tmp_path: Path
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout)["summary"] == r1["summary"]
+
+
+def test_bench_killed_with_sigkill_rerun_skips_what_finished(tmp_path: Path) -> None:
+    """The real thing: the bench's whole process group gets SIGKILL once a problem finished."""
+    import os
+    import signal
+    import sqlite3
+    import time
+
+    suite = tmp_path / "tiny.txt"
+    suite.write_text("\n".join(TINY) + "\n")
+    db = tmp_path / "k.db"
+    args = [sys.executable, "-m", "kernellab.cli", "bench", str(suite), "--budget", "1", "--trials", "1", "--width", "1",
+            "--debug-rounds", "0", "--device", "cpu", "--small", "--db", str(db), "--out-dir", str(tmp_path / "out")]
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    done: list = []
+    try:
+        deadline = time.monotonic() + 300
+        while not done and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+            if db.exists():
+                try:
+                    with sqlite3.connect(db) as c:
+                        done = c.execute("select id, name from campaigns where status = 'done'").fetchall()
+                except sqlite3.OperationalError:  # the schema is being created
+                    pass
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    assert done, "no problem finished before the deadline"
+    with sqlite3.connect(db) as c:
+        finished = [r[0] for r in c.execute("select id from campaigns where status = 'done'")]
+        before = {cid: c.execute("select (select count(*) from candidates where campaign_id = ?), "
+                                 "(select count(*) from evaluations where campaign_id = ?)", [cid, cid]).fetchone()
+                  for cid in finished}
+        n_camps = c.execute("select count(*) from campaigns").fetchone()[0]
+    r = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"{len(finished)} skipped as finished" in r.stderr, r.stderr
+    assert json.loads(r.stdout)["complete"]
+    with sqlite3.connect(db) as c:
+        for cid, counts in before.items():
+            assert c.execute("select (select count(*) from candidates where campaign_id = ?), "
+                             "(select count(*) from evaluations where campaign_id = ?)", [cid, cid]).fetchone() == counts
+        # a campaign killed after it was created is resumed, not started again
+        assert c.execute("select count(*) from campaigns").fetchone()[0] == max(n_camps, 2)
