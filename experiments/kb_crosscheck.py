@@ -155,7 +155,9 @@ def to_markdown(result: dict) -> str:
              f"{c['no_winner']} problems without a correct kernellab candidate, {c['kernelbench_no_verdict']} "
              "without a KernelBench verdict.",
              f"Speedups (both correct, both timed: {c['speedup_compared']}): on the same side of 1.0x "
-             f"{c['speedup_same_side_of_1x']}, within 10% {c['speedup_within_10pct']}.", "",
+             f"{c['speedup_same_side_of_1x']}, within 10% {c['speedup_within_10pct']}. kernellab's speedup is "
+             "eager median / candidate median (interleaved, L2 flushed); KernelBench's is its reference mean / "
+             "candidate mean over its timing trials, the reference timed after the candidate.", "",
              "| problem | kernellab | KernelBench | kernellab vs eager | KernelBench vs reference | agreement | note |",
              "|---|---|---|---|---|---|---|"]
     for r in result["problems"]:
