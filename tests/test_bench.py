@@ -120,13 +120,17 @@ def test_shard_syntax_and_split_covers_every_problem_once() -> None:
     assert shard_indices(moved, (1, 3)) == shard_indices(paths, (1, 3))
 
 
-def test_bad_shard_and_several_dbs_are_one_line_usage_errors(tmp_path: Path) -> None:
+def test_bad_shard_and_several_dbs_are_one_line_usage_errors(tmp_path: Path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from kernellab.cli import main
+
+    monkeypatch.chdir(tmp_path)
     for args, msg in ((["--shard", "2/2"], "--shard '2/2': expected I/N"),
-                      (["--db", str(tmp_path / "a.db"), "--db", str(tmp_path / "b.db")], "only with --summary-only"),
-                      (["--policy", "nope", "--db", str(tmp_path / "c.db")], "--policy 'nope'")):
-        r = subprocess.run([sys.executable, "-m", "kernellab.cli", "bench", "ci", *args, "--out-dir", "out"],
-                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
-        assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and msg in r.stderr, r.stderr
+                      (["--db", "a.db", "--db", "b.db"], "only with --summary-only"),
+                      (["--policy", "nope", "--db", "c.db"], "--policy 'nope'")):
+        r = CliRunner().invoke(main, ["bench", "ci", *args, "--out-dir", "out"])
+        assert r.exit_code == 2 and r.stderr.strip().count("\n") == 0 and msg in r.stderr, r.stderr
         assert not (tmp_path / "kernellab.db").exists() and not (tmp_path / "a.db").exists()
         assert not (tmp_path / "out").exists()  # bad input writes no result file
 
