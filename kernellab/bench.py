@@ -1,33 +1,55 @@
 """``kernellab bench SUITE``: one campaign per problem of a suite, then one honest table.
 
 fast_p (KernelBench's measure) is the fraction of **all** problems of the suite whose best candidate is
-correct and faster than the baseline by more than p; we report it against eager and against
-``torch.compile``, both timed in the same run on the same device. A best candidate that runs none of
-its own kernels (``library_only``) is not counted as a kernel win unless ``allow_library`` is set.
-Interpreted (CPU) runs check correctness only: their speedups are None and fast_p>0 is not computed.
+correct, a *kernel win*, and faster than the baseline by more than p; we report it against eager and
+against ``torch.compile``, both timed in the same run on the same device. A kernel win (DESIGN.md) runs
+at least ``KERNEL_SHARE_MIN`` of its GPU time in the candidate's own kernels; a best candidate that is
+``library_only`` or below that share is reported separately and not counted unless ``allow_library``.
+Problems not finished (not run yet, interrupted, or in another shard) count as not correct and not
+fast: the denominators are always the whole suite. Interpreted (CPU) runs check correctness only:
+their speedups are None and fast_p>0 is not computed.
+
+Incremental: every bench campaign records ``config["bench"]["config_hash"]``, the hash of the settings
+that affect results (``bench_config``). A rerun into the same database skips problems whose campaign
+under that hash is ``done``, resumes unfinished ones from their LangGraph checkpoint (a killed
+campaign repeats none of its finished evaluations), and starts the rest. ``--shard I/N`` runs the
+problems whose index in the suite sorted by path is I mod N; ``bench_summary`` reads several
+databases (one per shard) into one table.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import glob
+import hashlib
 import json
 import math
+import os
 import re
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from kernellab import env
-from kernellab.campaign import CampaignConfig, run_campaign, start_campaign
-from kernellab.problem import load_problem
+from kernellab.campaign import CampaignConfig, check_campaign, run_campaign, start_campaign
+from kernellab.fileio import write_atomic
+from kernellab.problem import Problem, load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "experiments" / "results"
 THRESHOLDS = (0.0, 1.0, 1.5, 2.0)
+KERNEL_SHARE_MIN = 0.5  # DESIGN.md: a kernel win runs at least half its GPU time in its own kernels
+
+
+class BenchError(ValueError):
+    """Bad bench input (a suite that does not exist, a malformed --shard): one line, exit 2."""
 
 
 def suite_paths(suite: str) -> list[Path]:
-    """A suite is a name under experiments/suites/ (``full``), a suite file, or a folder of problems."""
+    """A suite is a name under experiments/suites/ (``full``), a suite file (one path a line, relative
+    to the repository root or to the file), a folder of problems, or a glob (``level1/1*_*.py``)."""
     p = Path(suite)
     candidates = [p, ROOT / "experiments" / "suites" / f"{suite}.txt", ROOT / "experiments" / "suites" / suite]
     for c in candidates:
@@ -39,20 +61,87 @@ def suite_paths(suite: str) -> list[Path]:
                 line = line.split("#", 1)[0].strip()
                 if line:
                     q = Path(line)
-                    out.append(q if q.is_absolute() else ROOT / q)
+                    if not q.is_absolute():
+                        q = ROOT / q if (ROOT / q).is_file() or not (c.parent / q).is_file() else c.parent / q
+                    out.append(q)
             missing = [str(q) for q in out if not q.is_file()]
             if missing:
                 raise FileNotFoundError(f"{c}: lists missing problem files: {', '.join(missing)}")
             return out
-    raise FileNotFoundError(f"no suite {suite!r} (a name in experiments/suites/, a suite file or a folder)")
+    if glob.has_magic(suite):
+        hits = sorted(Path(x) for x in glob.glob(suite, recursive=True) if x.endswith(".py"))
+        if not hits and not p.is_absolute():
+            hits = sorted(Path(x) for x in glob.glob(str(ROOT / suite), recursive=True) if x.endswith(".py"))
+        if hits:
+            return hits
+        raise FileNotFoundError(f"suite glob {suite!r} matches no .py file")
+    raise FileNotFoundError(f"no suite {suite!r} (a name in experiments/suites/, a suite file, a folder or a glob)")
 
 
-def _best_row(store: Any, campaign_id: str, problem_id: str, objective: str, allow_library: bool) -> dict | None:
-    evals = []
-    for c in store.candidates(campaign_id, problem_id):
-        for e in store.evaluations(candidate_id=c["id"]):
-            if e["kind"] in ("full", "retime") and e["status"] == "correct" and (allow_library or not e["library_only"]):
-                evals.append(e)
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"I/N"`` (0 <= I < N) -> (I, N); None -> None."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
+        raise BenchError(f"--shard {text!r}: expected I/N with 0 <= I < N (e.g. 0/4 ... 3/4)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def shard_indices(paths: Sequence[Path], shard: tuple[int, int] | None) -> list[int]:
+    """Indices (into ``paths``) of the problems shard I/N runs: those whose rank in the suite sorted by
+    path is I mod N. Paths are compared relative to their common folder, so two hosts with the
+    repository in different places split a suite alike."""
+    if shard is None:
+        return list(range(len(paths)))
+    i, n = shard
+    resolved = [Path(os.path.abspath(p)) for p in paths]
+    base = Path(os.path.commonpath([str(p.parent) for p in resolved])) if resolved else Path("/")
+    keys = [p.relative_to(base).as_posix() for p in resolved]
+    order = sorted(range(len(paths)), key=lambda k: (keys[k], k))
+    return sorted(k for rank, k in enumerate(order) if rank % n == i)
+
+
+def bench_config(config_kw: dict) -> dict:
+    """The settings that affect a problem's result, with ``device`` and ``small`` resolved as the
+    campaign resolves them (None = cuda when available; SMALL sizes on the CPU only)."""
+    cfg = asdict(CampaignConfig(problems=[], **config_kw))
+    cfg.pop("problems")
+    device = cfg["device"] or env.default_device()
+    cfg["device"] = "cuda" if device.startswith("cuda") else device
+    cfg["small"] = (cfg["device"] == "cpu") if cfg["small"] is None else bool(cfg["small"])
+    return cfg
+
+
+def config_hash(cfg: dict) -> str:
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def bench_campaigns(store: Any, chash: str) -> dict[str, list[dict]]:
+    """problem id -> the bench campaigns run under ``chash``, oldest first."""
+    out: dict[str, list[dict]] = {}
+    for camp in store.list_campaigns():
+        b = (camp.get("config") or {}).get("bench") or {}
+        if b.get("config_hash") == chash and camp["config"].get("problem_ids"):
+            out.setdefault(camp["config"]["problem_ids"][0], []).append(camp)
+    return out
+
+
+def _counts(e: dict, allow_library: bool) -> bool:
+    """A kernel win: not library-only, and on a GPU at least KERNEL_SHARE_MIN of the GPU time in its own
+    kernels. The interpreter's share is Python wall time, not GPU time (a one-kernel softmax measures
+    0.15 there), so an interpreted run, which claims no speedup anyway, needs only a launch of its own."""
+    if allow_library:
+        return True
+    if e["library_only"]:
+        return False
+    if e["interpreted"]:
+        return True
+    share = e.get("own_kernel_share")
+    return share is not None and share >= KERNEL_SHARE_MIN
+
+
+def _pick(evals: list[dict], objective: str) -> dict | None:
     if not evals:
         return None
     return max(evals, key=lambda e: (e[objective] is not None, e[objective] or 0.0, -(e["median_ms"] or 0.0)))
@@ -68,13 +157,22 @@ def problem_row(store: Any, campaign_id: str, objective: str = "speedup_eager", 
         if e["status"] != "correct":
             key = e["error_class"] or e["status"]
             failures[key] = failures.get(key, 0) + 1
-    best = _best_row(store, campaign_id, pid, objective, allow_library)
-    row: dict[str, Any] = {"problem": prob["name"], "path": prob["path"], "campaign": camp["name"],
-                           "candidates": len(store.candidates(campaign_id, pid)), "evaluations": len(full),
-                           "failures": failures, "correct": best is not None}
-    any_correct = any(e["status"] == "correct" for e in full)
-    row["library_only_correct"] = any_correct and best is None
+    cands = store.candidates(campaign_id, pid)
+    good = [e for c in cands for e in store.evaluations(candidate_id=c["id"])
+            if e["kind"] in ("full", "retime") and e["status"] == "correct"]
+    best = _pick([e for e in good if _counts(e, allow_library)], objective)
+    row: dict[str, Any] = {"problem": prob["name"], "path": prob["path"], "problem_id": pid, "campaign": camp["name"],
+                           "device": camp["device"], "finished": camp["status"] == "done", "state": camp["status"],
+                           "candidates": len(cands), "evaluations": len(full), "failures": failures,
+                           "correct": best is not None, "not_counted": None}
     if best is None:
+        other = _pick(good, objective)
+        if other is not None:  # correct, but not a kernel win: reported, never counted in fast_p
+            row["not_counted"] = {
+                "reason": "library_only" if other["library_only"] else "low_share",
+                "own_kernel_share": other["own_kernel_share"], "candidate_id": other["candidate_id"],
+                "interpreted": bool(other["interpreted"]),
+                "speedup_eager": other["speedup_eager"], "speedup_compile": other["speedup_compile"]}
         return row
     order = [e["id"] for e in store.evaluations(campaign_id=campaign_id)]
     t0 = _dt.datetime.fromisoformat(camp["created_at"])
@@ -96,6 +194,13 @@ def problem_row(store: Any, campaign_id: str, objective: str = "speedup_eager", 
     return row
 
 
+def pending_row(problem: Problem, path: Path, state: str, campaign: str | None = None) -> dict:
+    """A problem with no finished campaign: it counts as not correct and not fast."""
+    return {"problem": problem.name, "path": str(path), "problem_id": problem.id, "campaign": campaign,
+            "finished": False, "state": state, "candidates": 0, "evaluations": 0, "failures": {},
+            "correct": False, "not_counted": None}
+
+
 def _band(e: dict, base: str) -> list[float] | None:
     """Speedup at the candidate's p80 and p20 times (a conservative and an optimistic bound)."""
     if e["interpreted"] or not e.get(base) or not e.get("p20_ms") or not e.get("p80_ms"):
@@ -104,9 +209,15 @@ def _band(e: dict, base: str) -> list[float] | None:
 
 
 def summarize(rows: list[dict]) -> dict:
+    """Over ``rows``, one per problem of the WHOLE suite: a row that is not ``finished`` (absent key =
+    finished) counts as not correct and not fast, and only kernel wins (``correct``) count in fast_p."""
     n = len(rows)
-    out: dict[str, Any] = {"problems": n, "correct": sum(r["correct"] for r in rows)}
-    interpreted = any(r.get("interpreted") for r in rows)
+    done = [r for r in rows if r.get("finished", True)]
+    wins = [r for r in done if r["correct"]]
+    win_ids = {id(r) for r in wins}
+    out: dict[str, Any] = {"problems": n, "finished": len(done), "correct": len(wins),
+                           "not_counted": sum(1 for r in done if not r["correct"] and r.get("not_counted"))}
+    interpreted = any(r.get("interpreted") for r in done)
     out["interpreted"] = interpreted
     for base in ("eager", "compile"):
         key = f"speedup_{base}"
@@ -115,57 +226,148 @@ def summarize(rows: list[dict]) -> dict:
             if interpreted and p > 0:
                 out[name] = None
                 continue
-            out[name] = sum(1 for r in rows if r["correct"] and (p == 0 or (r.get(key) or 0) > p)) / n if n else None
-        vals = [r[key] for r in rows if r["correct"] and r.get(key)]
+            out[name] = sum(1 for r in wins if p == 0 or (r.get(key) or 0) > p) / n if n else None
+        vals = [r[key] for r in wins if r.get(key)]
         out[f"geomean_{base}_correct"] = math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
-        # counting an incorrect problem as 1.0x (we fall back to the reference) keeps the mean honest
-        all_vals = [r.get(key) if r["correct"] and r.get(key) else 1.0 for r in rows]
+        # counting an incorrect or unfinished problem as 1.0x (we fall back to the reference) keeps the mean honest
+        all_vals = [r.get(key) if id(r) in win_ids and r.get(key) else 1.0 for r in rows]
         out[f"geomean_{base}_all"] = math.exp(sum(map(math.log, all_vals)) / n) if n and not interpreted else None
     fails: dict[str, int] = {}
-    for r in rows:
+    for r in done:
         for k, v in r["failures"].items():
             fails[k] = fails.get(k, 0) + v
     out["failures"] = fails
     return out
 
 
+class _Rows:
+    """The rows of a suite read from one or more stores (rows of finished campaigns are cached: they
+    no longer change)."""
+
+    def __init__(self, stores: Sequence[Any], problems: list[Problem], paths: list[Path], chash: str,
+                 objective: str, allow_library: bool):
+        self.stores, self.problems, self.paths, self.chash = list(stores), problems, paths, chash
+        self.objective, self.allow_library = objective, allow_library
+        self._cache: dict[tuple[int, str], dict] = {}
+
+    def campaigns(self, pid: str, index: list[dict] | None = None) -> list[tuple[int, dict]]:
+        """(store index, campaign) of problem ``pid``, the one that counts last: the latest finished
+        campaign, else the latest unfinished one."""
+        index = index if index is not None else [bench_campaigns(s, self.chash) for s in self.stores]
+        out = [(k, c) for k, ix in enumerate(index) for c in ix.get(pid, [])]
+        return sorted(out, key=lambda kc: (kc[1]["status"] == "done", kc[1]["updated_at"] or ""))
+
+    def all(self) -> list[dict]:
+        index = [bench_campaigns(s, self.chash) for s in self.stores]
+        rows = []
+        for prob, path in zip(self.problems, self.paths, strict=True):
+            found = self.campaigns(prob.id, index)
+            if not found:
+                rows.append(pending_row(prob, path, "not run"))
+                continue
+            k, camp = found[-1]
+            key = (k, camp["id"])
+            if key in self._cache:
+                rows.append(self._cache[key])
+                continue
+            row = problem_row(self.stores[k], camp["id"], self.objective, self.allow_library)
+            if camp["status"] == "done":
+                self._cache[key] = row
+            else:  # why it stopped, if the bench recorded it (a finished campaign's old error is history)
+                errors = [e["payload"]["error"] for e in self.stores[k].events(camp["id"], "error")]
+                if errors:
+                    row["campaign_error"] = errors[-1]
+            rows.append(row)
+        return rows
+
+
+def _result(suite: str, rows: list[dict], *, date: str, device: str, cfg: dict, chash: str, allow_library: bool,
+            shard: tuple[int, int] | None, dbs: list[str]) -> dict:
+    devices = sorted({r["device"] for r in rows if r.get("finished") and r.get("device")})
+    summary = summarize(rows)
+    return {"suite": suite, "date": date, "device": device, "devices_of_results": devices,
+            "versions": env.versions(), "config": cfg, "config_hash": chash, "allow_library": allow_library,
+            "kernel_share_min": KERNEL_SHARE_MIN, "shard": f"{shard[0]}/{shard[1]}" if shard else None,
+            "databases": dbs, "problems_total": len(rows), "problems_finished": summary["finished"],
+            "complete": summary["finished"] == len(rows), "summary": summary, "problems": rows}
+
+
+def _stem(date: _dt.datetime, device_name: str, label: str, shard: tuple[int, int] | None) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-")[:24]
+    return f"{date.strftime('%Y-%m-%d')}-{slug}-{label}" + (f"-shard{shard[0]}of{shard[1]}" if shard else "")
+
+
+def _write(result: dict, jpath: Path, mpath: Path) -> None:
+    write_atomic(jpath, json.dumps(result, indent=2, default=str))
+    write_atomic(mpath, to_markdown(result))
+
+
 def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, allow_library: bool = False,
-              out_dir: Path = RESULTS, progress: Any = None, jobs: int = 1) -> tuple[dict, Path, Path]:
-    """``jobs`` campaigns run at once (threads sharing one sandbox executor): loading, compiling and
-    checking overlap while the executor still allows one timing per GPU at a time. The result files are
-    rewritten after every finished problem, so an interrupted bench keeps what it measured."""
+              out_dir: Path = RESULTS, progress: Any = None, jobs: int = 1, shard: tuple[int, int] | None = None,
+              log: Callable[[str], None] | None = None) -> tuple[dict, Path, Path]:
+    """Run the suite's problems (this shard's) that have no finished campaign under this configuration:
+    skip the finished, resume the unfinished, start the rest. ``jobs`` campaigns run at once (threads
+    sharing one sandbox executor): loading, compiling and checking overlap while the executor still
+    allows one timing per GPU at a time. The result files (scored over the whole suite) are rewritten
+    atomically after every finished problem, so an interrupted bench keeps what it measured."""
     from concurrent.futures import ThreadPoolExecutor
 
     from kernellab import sandbox
 
     paths = suite_paths(suite)
     problems = [load_problem(p) for p in paths]  # all-or-nothing: a bad file stops before any work
+    mine = shard_indices(paths, shard)
+    CampaignConfig(problems=[str(p) for p in paths], **config_kw).validate()
+    cfg = bench_config(config_kw)
+    chash = config_hash(cfg)
     stamp = _dt.datetime.now(_dt.timezone.utc)
     device = config_kw.get("device") or env.default_device()
-    slug = re.sub(r"[^a-z0-9]+", "-", env.device_name(device).lower()).strip("-")[:24]
-    stem = f"{stamp.strftime('%Y-%m-%d')}-{slug}-{name or Path(suite).stem}"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    jpath, mpath = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-    rows: dict[int, dict] = {}
-    result: dict[str, Any] = {}
+    stem = _stem(stamp, env.device_name(device), name or Path(suite).stem, shard)
+    jpath, mpath = Path(out_dir) / f"{stem}.json", Path(out_dir) / f"{stem}.md"
+    reader = _Rows([store], problems, paths, chash, cfg["objective"], allow_library)
+    lock = threading.Lock()
+    say = log or (lambda msg: None)
 
-    def write() -> None:
-        ordered = [rows[i] for i in sorted(rows)]
-        result.update({"suite": suite, "date": stamp.isoformat(timespec="seconds"), "device": env.device_name(device),
-                       "versions": env.versions(), "config": dict(config_kw), "allow_library": allow_library,
-                       "problems_total": len(problems), "complete": len(ordered) == len(problems),
-                       "summary": summarize(ordered), "problems": ordered})
-        jpath.write_text(json.dumps(result, indent=2, default=str))
-        mpath.write_text(to_markdown(result))
+    def write() -> dict:
+        with lock:
+            result = _result(suite, reader.all(), date=stamp.isoformat(timespec="seconds"), device=env.device_name(device),
+                             cfg=cfg, chash=chash, allow_library=allow_library, shard=shard, dbs=[str(store.path)])
+            _write(result, jpath, mpath)
+            return result
+
+    todo: list[tuple[int, str | None]] = []  # (problem index, campaign to resume)
+    skipped = resumed = 0
+    for i in mine:
+        camps = reader.campaigns(problems[i].id)
+        if camps and camps[-1][1]["status"] == "done":
+            skipped += 1
+        elif camps:
+            resumed += 1
+            todo.append((i, camps[-1][1]["id"]))
+        else:
+            todo.append((i, None))
+    if todo:  # options, policy and LLM backend checked once, before anything is written
+        check_campaign(CampaignConfig(problems=[str(paths[todo[0][0]])], **config_kw), store=store)
+    say(f"bench {suite}: {len(problems)} problems, {len(mine)} in this shard"
+        f"{f' ({shard[0]}/{shard[1]})' if shard else ''}; {skipped} skipped as finished, {resumed} to resume, "
+        f"{len(todo) - resumed} to start (config {chash})")
+    counter = {"done": skipped}
+    write()  # the files exist from the start and say how much of the suite is finished
 
     # Workers share the GPU's memory evenly; full-size memory-bound problems hold several GB of inputs
     # and reference outputs per trial, so more than 4 workers per GPU run out of memory.
-    executor = sandbox.LocalExecutor(workers_per_gpu=max(1, min(jobs, 4)))
+    executor = sandbox.LocalExecutor(workers_per_gpu=max(1, min(jobs, 4))) if todo else None
 
-    def one(i: int) -> None:
+    def one(i: int, resume: str | None) -> None:
         prob, path = problems[i], paths[i]
-        cfg = CampaignConfig(problems=[str(path)], **config_kw)
-        cid = start_campaign(store, cfg, name=f"bench-{Path(suite).stem}-{prob.name}-{stamp.strftime('%Y%m%d-%H%M%S')}")
+        if resume is None:
+            ccfg = CampaignConfig(problems=[str(path)], **config_kw)
+            cid = start_campaign(store, ccfg, problems=[prob], name=f"bench-{Path(suite).stem}-{prob.name}-"
+                                                                    f"{chash[:8]}-{stamp.strftime('%Y%m%d-%H%M%S')}")
+            camp = store.get_campaign(cid)
+            store.update_campaign(cid, config={**camp["config"], "bench": {"config_hash": chash, "suite": suite}})
+        else:
+            cid = resume
         if progress is not None:
             progress.update(problem=prob.name)
         try:
@@ -175,19 +377,46 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
             import traceback
 
             traceback.print_exc()
-        rows[i] = problem_row(store, cid, cfg.objective, allow_library)
-        errors = [e["payload"]["error"] for e in store.events(cid, "error")]
-        if errors:
-            rows[i]["campaign_error"] = errors[-1]
-        write()
+        result = write()
+        row = next(r for r in result["problems"] if r["problem_id"] == prob.id)
+        verdict = ("correct" if row["correct"] else "not finished" if not row["finished"]
+                   else f"correct, not counted ({row['not_counted']['reason']})" if row["not_counted"] else "no correct candidate")
+        with lock:
+            counter["done"] += 1
+            n_done = counter["done"]
+        say(f"bench: {n_done}/{len(mine)} done, {skipped} skipped as finished"
+            f"{f', {resumed} resumed' if resumed else ''}: {prob.name} {verdict}")
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            for fut in [pool.submit(one, i) for i in range(len(problems))]:
+            for fut in [pool.submit(one, i, r) for i, r in todo]:
                 fut.result()
     finally:
-        executor.shutdown()
-    write()
+        if executor is not None:
+            executor.shutdown()
+    result = write()
+    say(f"bench: {counter['done']}/{len(mine)} done, {skipped} skipped as finished; "
+        f"{result['problems_finished']} of {result['problems_total']} problems of the suite finished")
+    return result, jpath, mpath
+
+
+def bench_summary(suite: str, stores: Sequence[Any], config_kw: dict, name: str | None = None,
+                  allow_library: bool = False, out_dir: Path = RESULTS) -> tuple[dict, Path, Path]:
+    """Score the suite from what ``stores`` hold (e.g. one database per shard) under the configuration
+    ``config_kw`` describes, running nothing; writes the result files like ``run_bench``."""
+    paths = suite_paths(suite)
+    problems = [load_problem(p) for p in paths]
+    cfg = bench_config(config_kw)
+    chash = config_hash(cfg)
+    rows = _Rows(stores, problems, paths, chash, cfg["objective"], allow_library).all()
+    stamp = _dt.datetime.now(_dt.timezone.utc)
+    devices = sorted({r["device"] for r in rows if r.get("finished") and r.get("device")})
+    device = ", ".join(devices) or f"none ({cfg['device']})"
+    result = _result(suite, rows, date=stamp.isoformat(timespec="seconds"), device=device, cfg=cfg, chash=chash,
+                     allow_library=allow_library, shard=None, dbs=[str(s.path) for s in stores])
+    stem = _stem(stamp, devices[0] if devices else cfg["device"], (name or Path(suite).stem) + "-summary", None)
+    jpath, mpath = Path(out_dir) / f"{stem}.json", Path(out_dir) / f"{stem}.md"
+    _write(result, jpath, mpath)
     return result, jpath, mpath
 
 
@@ -201,27 +430,52 @@ def to_markdown(result: dict) -> str:
     lines = [f"# kernellab bench `{result['suite']}` — {result['date']}", "",
              f"Device: {result['device']}; torch {v.get('torch')}, triton {v.get('triton')}, cuda {v.get('cuda')}, "
              f"driver {v.get('driver')}, cupy {v.get('cupy')}, kernellab {v.get('kernellab')} (commit {v.get('commit')}).",
-             f"Config: {json.dumps(result['config'], sort_keys=True)}", ""]
+             f"Config: {json.dumps(result['config'], sort_keys=True)}"
+             + (f" (hash {result['config_hash']})" if result.get("config_hash") else ""), ""]
+    if len(result.get("devices_of_results") or []) > 1:
+        lines += [f"**Results come from several devices: {', '.join(result['devices_of_results'])}.**", ""]
+    if result.get("shard"):
+        lines += [f"Shard {result['shard']} of the suite ran here; problems of other shards count as unfinished "
+                  "unless this database holds them.", ""]
     if s["interpreted"]:
         lines += ["**Interpreted run (no CUDA device): correctness only, no speedup is claimed.**", ""]
-    total = result.get("problems_total", s["problems"])
-    if total != s["problems"]:
-        lines += [f"**Incomplete run: {s['problems']} of the suite's {total} problems finished; the fractions "
-                  "below are over the finished problems.**", ""]
-    lines += ["## Summary", "", f"{s['correct']}/{s['problems']} problems correct.", "",
+    total = s["problems"]
+    finished = s.get("finished", total)
+    lines += [f"**{finished} of {total} problems finished.**"
+              + ("" if finished == total else " Every fraction below is over all "
+                 f"{total} problems: an unfinished problem counts as not correct and not fast."), ""]
+    share = result.get("kernel_share_min", KERNEL_SHARE_MIN)
+    lines += ["## Summary", "", f"{s['correct']}/{total} problems with a correct kernel win (own-kernel share >= "
+              f"{share:g}{', library-only allowed' if result.get('allow_library') else ''})"
+              + (f"; {s['not_counted']} more correct but not counted (library-only or lower share)"
+                 if s.get("not_counted") else "") + ".", "",
               "| measure | vs eager | vs torch.compile |", "|---|---|---|"]
     for p in THRESHOLDS:
         a, b = s[f"fast_{p:g}_eager"], s[f"fast_{p:g}_compile"]
         lines.append(f"| fast_{p:g} | {'-' if a is None else f'{a:.2f}'} | {'-' if b is None else f'{b:.2f}'} |")
     lines.append(f"| geomean speedup, correct problems | {_x(s['geomean_eager_correct'])} | {_x(s['geomean_compile_correct'])} |")
-    lines.append(f"| geomean speedup, all problems (incorrect = 1.0x) | {_x(s['geomean_eager_all'])} | {_x(s['geomean_compile_all'])} |")
+    lines.append(f"| geomean speedup, all problems (incorrect or unfinished = 1.0x) | {_x(s['geomean_eager_all'])} | "
+                 f"{_x(s['geomean_compile_all'])} |")
     lines += ["", f"Failures by class (all evaluations): {json.dumps(s['failures'], sort_keys=True) or '{}'}", "",
               "## Problems", "",
               "| problem | correct | best ms (p20–p80) | eager ms | compile ms | vs eager | vs compile | evals to best | s to best | winning actions |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["problems"]:
+        if not r.get("finished", True):
+            note = f"not finished: {r.get('state') or 'unfinished'}"
+            if r.get("campaign_error"):
+                note += f"; {r['campaign_error'][:80]}"
+            lines.append(f"| {r['problem']} | {note} | - | - | - | - | - | - | - | - |")
+            continue
         if not r["correct"]:
-            note = "library-only correct" if r.get("library_only_correct") else "no correct candidate"
+            nc = r.get("not_counted")
+            if nc and nc["reason"] == "library_only":
+                note = "library-only correct, not counted"
+            elif nc:
+                sh = nc.get("own_kernel_share")
+                note = f"correct, own-kernel share {'?' if sh is None else f'{sh:.2f}'} < {share:g}, not counted"
+            else:
+                note = "no correct candidate"
             lines.append(f"| {r['problem']} | no ({note}) | - | - | - | - | - | - | - | - |")
             continue
         band = f"{r['median_ms']:.4g} ({r['p20_ms']:.4g}–{r['p80_ms']:.4g})" if r["p20_ms"] else f"{r['median_ms']:.4g}"
@@ -229,7 +483,7 @@ def to_markdown(result: dict) -> str:
                      f"{'-' if r['compile_ms'] is None else format(r['compile_ms'], '.4g')} | {_x(r['speedup_eager'])} | "
                      f"{_x(r['speedup_compile'])} | {r['evaluations_to_best']} | {r['seconds_to_best']} | "
                      f"{' → '.join(r['actions'])} |")
-    losers = [r for r in result["problems"] if r["correct"] and r.get("speedup_compile") is not None and r["speedup_compile"] < 1.0]
+    losers = [r for r in result["problems"] if r.get("finished", True) and r["correct"] and r.get("speedup_compile") is not None and r["speedup_compile"] < 1.0]
     if losers:
         lines += ["", "## Where we lose to torch.compile", ""]
         for r in losers:
@@ -246,4 +500,5 @@ def config_kwargs(**opts: Any) -> dict:
     return {k: v for k, v in opts.items() if k in fields}
 
 
-__all__ = ["run_bench", "suite_paths", "summarize", "to_markdown", "problem_row", "asdict"]
+__all__ = ["run_bench", "bench_summary", "suite_paths", "parse_shard", "shard_indices", "bench_config", "config_hash",
+           "summarize", "to_markdown", "problem_row", "BenchError", "KERNEL_SHARE_MIN"]

@@ -361,33 +361,50 @@ def export(campaign: str, problem: str | None, output: str | None, db: str, as_j
 @click.argument("suite")
 @_campaign_options
 @click.option("--name", default=None, help="Name in the result files (default: the suite's).")
-@click.option("--allow-library", is_flag=True, help="Count library-only candidates as wins.")
+@click.option("--allow-library", is_flag=True, help="Count library-only and low-share candidates as wins.")
 @click.option("--out-dir", type=click.Path(), default=None, help="Where the result files go (default experiments/results).")
 @click.option("--jobs", default=1, show_default=True, help="Campaigns run at once (one timing per GPU at a time still).")
-@db_option
+@click.option("--shard", default=None, metavar="I/N",
+              help="Run only the problems whose rank in the suite sorted by path is I mod N (0 <= I < N).")
+@click.option("--summary-only", is_flag=True,
+              help="Run nothing: score the suite from the databases given (--db repeated, e.g. one per shard).")
+@click.option("--db", "dbs", multiple=True, default=("kernellab.db",), show_default=True, metavar="FILE",
+              help="The SQLite store; repeat it with --summary-only to score several databases together.")
 @json_option
 @_errors
-def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None, jobs: int, db: str,
-          as_json: bool, device: str, **opts: Any) -> None:
-    """Run a campaign per problem of SUITE (a name in experiments/suites/, a suite file or a folder)
-    and write experiments/results/<date>-<device>-<name>.json and .md: per problem the best speedup vs
-    eager and torch.compile (p20-p80), evaluations and time to the best, the winning action chain;
-    fast_0/1/1.5/2 and geometric means; failures by class; the environment."""
+def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None, jobs: int, shard: str | None,
+          summary_only: bool, dbs: tuple[str, ...], as_json: bool, device: str, **opts: Any) -> None:
+    """Run a campaign per problem of SUITE (a name in experiments/suites/, a suite file, a folder or
+    a glob) and write experiments/results/<date>-<device>-<name>.json and .md: per problem the best
+    speedup vs eager and torch.compile (p20-p80), evaluations and time to the best, the winning action
+    chain; fast_p and geometric means over the WHOLE suite (unfinished problems count as not correct);
+    failures by class; the environment. Incremental: a rerun with the same options into the same
+    database skips finished problems and resumes interrupted ones."""
     from pathlib import Path
 
     from . import views
-    from .bench import RESULTS, config_kwargs, run_bench
+    from .bench import RESULTS, BenchError, bench_summary, config_kwargs, parse_shard, run_bench
     from .campaign import CampaignError
     from .progress import Progress
 
     kw = config_kwargs(device=None if device == "auto" else device, **opts)
-    store = _store(db, must_exist=False)
+    out = Path(out_dir) if out_dir else RESULTS
     try:
-        with Progress(enabled=None if not as_json else False) as progress:
-            result, jpath, mpath = run_bench(suite, store, kw, name=name, allow_library=allow_library,
-                                             out_dir=Path(out_dir) if out_dir else RESULTS, progress=progress,
-                                             jobs=jobs)
-    except (FileNotFoundError, CampaignError) as exc:
+        shard_t = parse_shard(shard)
+        if summary_only:
+            if shard_t is not None:
+                raise BenchError("--shard runs part of a suite; --summary-only scores the whole suite: give one")
+            result, jpath, mpath = bench_summary(suite, [_store(d) for d in dbs], kw, name=name,
+                                                 allow_library=allow_library, out_dir=out)
+        else:
+            if len(dbs) > 1:
+                raise BenchError(f"--db given {len(dbs)} times: several databases only with --summary-only")
+            store = _store(dbs[0], must_exist=False)
+            with Progress(enabled=None if not as_json else False) as progress:
+                log = functools.partial(progress.console.print, markup=False, highlight=False, soft_wrap=True)
+                result, jpath, mpath = run_bench(suite, store, kw, name=name, allow_library=allow_library,
+                                                 out_dir=out, progress=progress, jobs=jobs, shard=shard_t, log=log)
+    except (FileNotFoundError, CampaignError, BenchError) as exc:
         raise UsageFailure(str(exc)) from None
     if as_json:
         click.echo(json.dumps({**result, "files": [str(jpath), str(mpath)]}, indent=2, default=str))
@@ -395,6 +412,7 @@ def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None
         views.console.print(mpath.read_text())
         views.console.print(f"results: {jpath} and {mpath}")
     sys.exit(EXIT_OK if result["summary"]["correct"] else EXIT_FAILED)
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()

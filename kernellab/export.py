@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kernellab.fileio import write_atomic
+
 __all__ = ["ExportError", "NoCorrectCandidate", "best_candidate", "export_source", "export", "load_best"]
 
 
@@ -167,8 +169,7 @@ def export(store: Any, campaign: str, problem: str | None = None, path: str | Pa
     store = _open(store)
     b = best_candidate(store, campaign, problem)
     out = Path(path) if path else Path("exports") / f"best_{_safe(b['problem']['name'])}.py"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(export_source(store, campaign, b["problem"]["id"]), encoding="utf-8")
+    write_atomic(out, export_source(store, campaign, b["problem"]["id"]))
     return out, b
 
 
@@ -188,9 +189,7 @@ def load_best(db: Any, campaign: str, problem: str | None = None) -> type:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.py"
     if not path.exists() or path.read_text(encoding="utf-8") != text:
-        tmp = path.with_suffix(f".{digest}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)  # atomic, so that two processes loading the same export never see half a file
+        write_atomic(path, text)  # two processes loading the same export never see half a file
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -527,6 +527,6 @@ def render(store: Any, campaign_id: str) -> str:
 
 def write(store: Any, campaign_id: str, path: str | Path) -> Path:
     """Render the report and write it to ``path``; returns the path."""
-    out = Path(path)
-    out.write_text(render(store, campaign_id), encoding="utf-8")
-    return out
+    from kernellab.fileio import write_atomic
+
+    return write_atomic(path, render(store, campaign_id))

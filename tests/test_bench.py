@@ -65,3 +65,285 @@ def test_bench_cli_on_cpu(tmp_path: Path) -> None:
     files = sorted(out.iterdir())
     assert [f.suffix for f in files] == [".json", ".md"]
     assert json.loads(files[0].read_text())["summary"] == result["summary"]
+
+
+# -- whole-suite scoring, kernel wins, incremental and sharded runs -----------------------------------------
+
+from kernellab.store import Store  # noqa: E402
+
+from kernellab import load_problem  # noqa: E402
+from kernellab.bench import (  # noqa: E402
+    BenchError,
+    bench_config,
+    bench_summary,
+    config_hash,
+    parse_shard,
+    problem_row,
+    run_bench,
+    shard_indices,
+)
+from kernellab.fileio import write_atomic  # noqa: E402
+from kernellab.progress import Progress  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+# a tiny suite: sorted by path, fusions/pointwise_chain is rank 0 and ops/softmax rank 1
+TINY = ["experiments/problems/ops/softmax.py", "experiments/problems/fusions/pointwise_chain.py"]
+TINY_KW = {"budget": 1, "trials": 1, "width": 1, "debug_rounds": 0, "device": "cpu", "small": True}
+
+
+def test_suite_from_folder_glob_and_list(tmp_path: Path) -> None:
+    folder = suite_paths(str(ROOT / "experiments" / "problems" / "ops"))
+    assert folder and all(p.parent.name == "ops" for p in folder) and folder == sorted(folder)
+    assert suite_paths(str(ROOT / "experiments" / "problems" / "ops" / "*.py")) == folder
+    assert suite_paths("experiments/problems/ops/soft*.py")[0].name == "softmax.py"
+    with pytest.raises(FileNotFoundError, match="matches no"):
+        suite_paths(str(tmp_path / "*.py"))
+    (tmp_path / "p.py").write_text((ROOT / TINY[0]).read_text())
+    lst = tmp_path / "list.txt"
+    lst.write_text("p.py  # next to the list file\n" + TINY[1] + "\n")
+    assert [p.name for p in suite_paths(str(lst))] == ["p.py", "pointwise_chain.py"]
+
+
+def test_shard_syntax_and_split_covers_every_problem_once() -> None:
+    assert parse_shard(None) is None and parse_shard("1/3") == (1, 3) and parse_shard(" 0 / 1 ") == (0, 1)
+    for bad in ("3/3", "1", "a/b", "-1/2", "1/0", "0/2/3"):
+        with pytest.raises(BenchError, match="expected I/N"):
+            parse_shard(bad)
+    paths = suite_paths("full")
+    for n in (1, 2, 3, 7, len(paths) + 2):
+        shards = [shard_indices(paths, (i, n)) for i in range(n)]
+        flat = [k for s in shards for k in s]
+        assert sorted(flat) == list(range(len(paths))), n  # every problem exactly once
+        assert max(map(len, shards)) - min(map(len, shards)) <= 1  # balanced
+    # the split depends on the paths relative to their common folder, not on where the repository lies
+    moved = [Path("/elsewhere/repo") / p.relative_to(ROOT) for p in paths]
+    assert shard_indices(moved, (1, 3)) == shard_indices(paths, (1, 3))
+
+
+def test_bad_shard_and_several_dbs_are_one_line_usage_errors(tmp_path: Path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from kernellab.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for args, msg in ((["--shard", "2/2"], "--shard '2/2': expected I/N"),
+                      (["--db", "a.db", "--db", "b.db"], "only with --summary-only"),
+                      (["--policy", "nope", "--db", "c.db"], "--policy 'nope'")):
+        r = CliRunner().invoke(main, ["bench", "ci", *args, "--out-dir", "out"])
+        assert r.exit_code == 2 and r.stderr.strip().count("\n") == 0 and msg in r.stderr, r.stderr
+        assert not (tmp_path / "kernellab.db").exists() and not (tmp_path / "a.db").exists()
+        assert not (tmp_path / "out").exists()  # bad input writes no result file
+
+
+def test_config_hash_covers_what_changes_results() -> None:
+    base = bench_config(TINY_KW)
+    assert config_hash(base) == config_hash(bench_config(dict(TINY_KW)))
+    for change in ({"budget": 2}, {"trials": 2}, {"policy": "beam"}, {"llm": "anthropic:x"}, {"small": False},
+                   {"objective": "speedup_compile"}, {"seed": 1}):
+        assert config_hash(bench_config({**TINY_KW, **change})) != config_hash(base), change
+    # "auto" is resolved as the campaign resolves it: on this machine the same run as --device cpu --small
+    if not torch_cuda():
+        assert config_hash(bench_config({**TINY_KW, "device": None, "small": None})) == config_hash(base)
+
+
+def torch_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def test_fast_p_is_over_the_whole_suite_with_unfinished_problems_counted() -> None:
+    rows = [_row("a", True, 2.5, 1.2), _row("b", True, 1.2, 0.8),
+            {**_row("c", True, 3.0, 3.0), "finished": False},  # interrupted: its partial best must not count
+            {**_row("d", False, None, None), "finished": False, "failures": {}}]
+    s = summarize(rows)
+    assert s["problems"] == 4 and s["finished"] == 2 and s["correct"] == 2
+    assert s["fast_0_eager"] == 0.5 and s["fast_1_eager"] == 0.5 and s["fast_2_eager"] == 0.25
+    assert s["fast_1_compile"] == 0.25 and s["fast_2_compile"] == 0.0
+    assert s["geomean_eager_all"] == pytest.approx((2.5 * 1.2) ** (1 / 4))
+    assert s["geomean_eager_correct"] == pytest.approx((2.5 * 1.2) ** 0.5)
+    timed = {"median_ms": 1.0, "p20_ms": 0.9, "p80_ms": 1.1, "eager_ms": 2.0, "compile_ms": 1.5,
+             "evaluations_to_best": 1, "seconds_to_best": 1.0, "actions": ["(seed)"]}
+    md = to_markdown({"suite": "x", "date": "d", "device": "gpu", "versions": {}, "config": {}, "summary": s,
+                      "problems": [{**timed, **r} for r in rows]})
+    assert "2 of 4 problems finished" in md and "counts as not correct" in md
+    assert "| c | not finished" in md
+
+
+def _store_with_one_correct(share: float, library_only: bool, interpreted: bool = False) -> tuple[Store, str]:
+    store = Store(":memory:")
+    prob = load_problem(ROOT / "tests" / "sandbox" / "problems" / "tiny_relu.py")
+    pid = store.add_problem(prob)
+    cid = store.create_campaign("c", {"problem_ids": [pid]}, "NVIDIA H200", {})
+    store.update_campaign(cid, status="done")
+    cand = store.add_candidate(cid, pid, "class ModelNew: pass\n", origin="seed")
+    store.add_evaluation(cand, {"status": "correct", "median_ms": 1.0, "p20_ms": 0.9, "p80_ms": 1.1, "eager_ms": 3.0,
+                                "compile_ms": 2.0, "speedup_eager": 3.0, "speedup_compile": 2.0,
+                                "own_kernel_share": share, "library_only": library_only, "interpreted": interpreted})
+    return store, cid
+
+
+@pytest.mark.parametrize("share,library_only,counted,reason", [
+    (0.9, False, True, None), (0.5, False, True, None), (0.3, False, False, "low_share"),
+    (0.0, True, False, "library_only")])
+def test_only_kernel_wins_count_in_fast_p(share: float, library_only: bool, counted: bool, reason: str | None) -> None:
+    store, cid = _store_with_one_correct(share, library_only)
+    row = problem_row(store, cid)
+    assert row["finished"] and row["correct"] is counted
+    assert (row["not_counted"] or {}).get("reason") == reason
+    s = summarize([row])
+    assert s["fast_1_eager"] == (1.0 if counted else 0.0) and s["not_counted"] == (0 if counted else 1)
+    md = to_markdown({"suite": "x", "date": "d", "device": "gpu", "versions": {}, "config": {}, "summary": s,
+                      "problems": [row]})
+    assert ("not counted" in md) is not counted
+    assert problem_row(store, cid, allow_library=True)["correct"]
+
+
+def test_write_atomic(tmp_path: Path) -> None:
+    out = tmp_path / "sub" / "r.json"
+    write_atomic(out, '{"a": 1}')
+    assert out.read_text() == '{"a": 1}' and (out.stat().st_mode & 0o777) != 0o600
+    with pytest.raises(TypeError):
+        write_atomic(out, 12345)  # fails mid-write: the old file stays whole, no temp file is left
+    assert out.read_text() == '{"a": 1}' and sorted(x.name for x in out.parent.iterdir()) == ["r.json"]
+    write_atomic(out, b"new")
+    assert out.read_bytes() == b"new"
+
+
+class _Killed(BaseException):
+    """A kill -9 stand-in: nothing catches it on the way out."""
+
+
+class _Watch(Progress):
+    """The real progress hooks, counting evaluations; optionally 'killed' after the first one of a problem."""
+
+    def __init__(self, kill_in: str | None = None):
+        super().__init__(enabled=False)
+        self.kill_in, self.evaluated = kill_in, 0
+
+    def on_evaluation(self, result: dict) -> None:
+        super().on_evaluation(result)
+        self.evaluated += 1
+        if self.kill_in and self.stats.problem == self.kill_in:
+            raise _Killed()
+
+
+def _counts(db: Path) -> dict:
+    import sqlite3
+
+    with sqlite3.connect(db) as c:
+        return {t: c.execute(f"select count(*) from {t}").fetchone()[0]
+                for t in ("campaigns", "candidates", "evaluations", "events")}
+
+
+def _strip(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k not in ("date", "versions")}
+
+
+def test_interrupted_bench_rerun_repeats_nothing_and_shards_merge(tmp_path: Path) -> None:
+    suite = tmp_path / "tiny.txt"
+    suite.write_text("\n".join(TINY) + "\n")
+    db, out = tmp_path / "a.db", tmp_path / "out"
+    store = Store(db)
+    lines: list[str] = []
+
+    # shard 0/2 runs pointwise_chain only; the result is scored over the whole suite
+    r0, jpath, _ = run_bench(str(suite), store, TINY_KW, out_dir=out, shard=(0, 2), log=lines.append)
+    assert r0["problems_total"] == 2 and r0["problems_finished"] == 1 and not r0["complete"]
+    assert {p["problem"]: p["state"] for p in r0["problems"]} == {"softmax": "not run", "pointwise_chain": "done"}
+    assert r0["summary"]["fast_0_eager"] == 0.5 and "-shard0of2" in jpath.name
+    shard0 = tmp_path / "shard0.db"
+    store.close()
+    import shutil
+
+    shutil.copy(db, shard0)
+    store = Store(db)
+
+    # the full suite is 'killed' in softmax's campaign right after its first evaluation was recorded
+    with pytest.raises(_Killed):
+        run_bench(str(suite), store, TINY_KW, out_dir=out, progress=_Watch(kill_in="softmax"), log=lines.append)
+    camps = {c["name"].split("-")[2]: c for c in store.list_campaigns()}
+    assert set(camps) == {"softmax", "pointwise_chain"} and camps["softmax"]["status"] == "stopped"
+    on_disk = json.loads(jpath.with_name(jpath.name.replace("-shard0of2", "")).read_text())  # whole, atomic
+    assert on_disk["problems_finished"] == 1
+
+    # the rerun skips pointwise_chain, resumes softmax's campaign and evaluates nothing again
+    before = _counts(db)
+    watch = _Watch()
+    r1, _, _ = run_bench(str(suite), store, TINY_KW, out_dir=out, progress=watch, log=lines.append)
+    assert watch.evaluated == 0
+    assert _counts(db)["campaigns"] == before["campaigns"] and _counts(db)["evaluations"] == before["evaluations"]
+    assert store.get_campaign(camps["softmax"]["id"])["status"] == "done"
+    assert r1["complete"] and r1["summary"]["correct"] == 2 and r1["summary"]["fast_0_eager"] == 1.0
+    assert any("1 skipped as finished, 1 resumed" in m for m in lines), lines
+
+    # once everything finished, a rerun touches nothing and scores the same
+    before = _counts(db)
+    watch = _Watch()
+    r2, _, _ = run_bench(str(suite), store, TINY_KW, out_dir=out, progress=watch, log=lines.append)
+    assert watch.evaluated == 0 and _counts(db) == before and _strip(r2) == _strip(r1)
+    assert lines[-1].startswith("bench: 2/2 done, 2 skipped as finished; 2 of 2 problems")
+
+    # a different configuration is a different bench: nothing of the above is reused
+    r3 = bench_summary(str(suite), [store], {**TINY_KW, "trials": 2}, out_dir=out)[0]
+    assert r3["problems_finished"] == 0 and r3["summary"]["fast_0_eager"] == 0.0
+
+    # shard 1/2 into its own database; the two shard databases together score like the full one
+    shard1 = Store(tmp_path / "shard1.db")
+    run_bench(str(suite), shard1, TINY_KW, out_dir=out, shard=(1, 2))
+    merged = bench_summary(str(suite), [Store(shard0), shard1], TINY_KW, out_dir=out)[0]
+    assert merged["complete"] and merged["summary"] == r1["summary"]
+    assert [p["problem"] for p in merged["problems"]] == [p["problem"] for p in r1["problems"]]
+    # the same through the command line
+    r = subprocess.run([sys.executable, "-m", "kernellab.cli", "bench", str(suite), "--summary-only", "--db", str(shard0),
+                        "--db", str(tmp_path / "shard1.db"), "--budget", "1", "--trials", "1", "--width", "1",
+                        "--debug-rounds", "0", "--device", "cpu", "--small", "--out-dir", str(out), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["summary"] == r1["summary"]
+
+
+def test_bench_killed_with_sigkill_rerun_skips_what_finished(tmp_path: Path) -> None:
+    """The real thing: the bench's whole process group gets SIGKILL once a problem finished."""
+    import os
+    import signal
+    import sqlite3
+    import time
+
+    suite = tmp_path / "tiny.txt"
+    suite.write_text("\n".join(TINY) + "\n")
+    db = tmp_path / "k.db"
+    args = [sys.executable, "-m", "kernellab.cli", "bench", str(suite), "--budget", "1", "--trials", "1", "--width", "1",
+            "--debug-rounds", "0", "--device", "cpu", "--small", "--db", str(db), "--out-dir", str(tmp_path / "out")]
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    done: list = []
+    try:
+        deadline = time.monotonic() + 300
+        while not done and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+            if db.exists():
+                try:
+                    with sqlite3.connect(db) as c:
+                        done = c.execute("select id, name from campaigns where status = 'done'").fetchall()
+                except sqlite3.OperationalError:  # the schema is being created
+                    pass
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    assert done, "no problem finished before the deadline"
+    with sqlite3.connect(db) as c:
+        finished = [r[0] for r in c.execute("select id from campaigns where status = 'done'")]
+        before = {cid: c.execute("select (select count(*) from candidates where campaign_id = ?), "
+                                 "(select count(*) from evaluations where campaign_id = ?)", [cid, cid]).fetchone()
+                  for cid in finished}
+        n_camps = c.execute("select count(*) from campaigns").fetchone()[0]
+    r = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"{len(finished)} skipped as finished" in r.stderr, r.stderr
+    assert json.loads(r.stdout)["complete"]
+    with sqlite3.connect(db) as c:
+        for cid, counts in before.items():
+            assert c.execute("select (select count(*) from candidates where campaign_id = ?), "
+                             "(select count(*) from evaluations where campaign_id = ?)", [cid, cid]).fetchone() == counts
+        # a campaign killed after it was created is resumed, not started again
+        assert c.execute("select count(*) from campaigns").fetchone()[0] == max(n_camps, 2)

@@ -1,0 +1,33 @@
+"""Atomic writes of result and report files: a reader (or a killed run) never sees half a file."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_atomic(path: str | os.PathLike, data: str | bytes, encoding: str = "utf-8") -> Path:
+    """Write ``data`` to ``path`` through a temp file in the same folder and ``os.replace`` (atomic on
+    POSIX and Windows within one file system, which a temp file elsewhere would not guarantee).
+    Creates the parent folder. Returns the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode(encoding) if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        # mkstemp makes the file 0600; a result file gets the mode a plain open() would have given it
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return out

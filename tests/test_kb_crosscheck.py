@@ -1,0 +1,160 @@
+"""experiments/kb_crosscheck.py: the pure parts on the CPU (reading a bench database, the side-by-side
+table and agreement counts, the one-line refusal without CUDA); the KernelBench run itself on a GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from kernellab.store import Store
+
+from kernellab import load_problem
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "experiments" / "kb_crosscheck.py"
+_spec = importlib.util.spec_from_file_location("kb_crosscheck", SCRIPT)
+kbx = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(kbx)
+
+CAND = """import torch
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x * 2.0) + {tag}
+"""
+BF16 = '''"""a bf16 problem with its own tolerance"""
+import torch
+
+DTYPE = "bfloat16"
+ATOL = 3e-2
+n = 64
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def get_inputs():
+    return [torch.randn(n)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _campaign(store: Store, name: str, pid: str, status: str, evals: list[tuple[str, dict]], bench: str | None = None):
+    cfg = {"problem_ids": [pid], "small": False, **({"bench": {"config_hash": bench}} if bench else {})}
+    cid = store.create_campaign(name, cfg, "NVIDIA H200", {})
+    store.update_campaign(cid, status=status)
+    for source, result in evals:
+        cand = store.add_candidate(cid, pid, source, origin="seed")
+        store.add_evaluation(cand, {"interpreted": False, "library_only": False, "own_kernel_share": 0.9, **result})
+    return cid
+
+
+def _ok(speedup: float) -> dict:
+    return {"status": "correct", "median_ms": 1.0 / speedup, "eager_ms": 1.0, "speedup_eager": speedup,
+            "speedup_compile": speedup / 2}
+
+
+@pytest.fixture
+def bench_db(tmp_path: Path) -> Path:
+    db = tmp_path / "bench.db"
+    store = Store(db)
+    relu = store.add_problem(load_problem(ROOT / "tests" / "sandbox" / "problems" / "tiny_relu.py"))
+    (tmp_path / "bf16_double.py").write_text(BF16)
+    bf16 = store.add_problem(load_problem(tmp_path / "bf16_double.py"))
+    _campaign(store, "relu-old", relu, "done", [(CAND.format(tag="1.0  # old"), _ok(1.5))])
+    _campaign(store, "relu-new", relu, "done", [(CAND.format(tag="1.0  # slow"), _ok(1.1)),
+                                                (CAND.format(tag="1.0  # new"), _ok(2.0))], bench="h1")
+    _campaign(store, "relu-running", relu, "running", [(CAND.format(tag="1.0  # unfinished"), _ok(9.0))], bench="h1")
+    _campaign(store, "bf16", bf16, "done", [(CAND.format(tag="0.0"), {"status": "incorrect", "error_class": "mismatch"})])
+    store.close()
+    return db
+
+
+def test_winners_reads_each_problems_latest_finished_campaign(bench_db: Path) -> None:
+    rows = kbx.winners(Store(bench_db))
+    assert [r["problem"] for r in rows] == ["bf16_double", "tiny_relu"]
+    bf16, relu = rows
+    assert relu["campaign"] == "relu-new" and "# new" in relu["source"] and "class ModelNew" in relu["source"]
+    assert relu["kernellab"]["correct"] and relu["kernellab"]["speedup_eager"] == 2.0 and relu["dtype"] == "float32"
+    assert not bf16["kernellab"]["correct"] and bf16["source"] is None
+    assert bf16["dtype"] == "bfloat16" and bf16["own_tolerance"] and not relu["own_tolerance"]
+    assert [r["campaign"] for r in kbx.winners(Store(bench_db), config_hash="h1")] == ["relu-new"]
+    assert kbx.winners(Store(bench_db), config_hash="other") == []
+    assert [r["problem"] for r in kbx.winners(Store(bench_db), problems=["tiny_relu"])] == ["tiny_relu"]
+    with pytest.raises(kbx.CrosscheckError, match="nope"):
+        kbx.winners(Store(bench_db), problems=["nope"])
+
+
+def _row(name: str, kl_correct: bool, kb: dict | None, kl_speedup: float | None = None, source: str | None = "x") -> dict:
+    return {"problem": name, "kernellab": {"correct": kl_correct, "status": "correct" if kl_correct else "no correct candidate",
+                                           "speedup_eager": kl_speedup}, "kernelbench": kb, "source": source}
+
+
+def test_compare_counts_every_kind_of_agreement() -> None:
+    rows = [_row("a", True, {"compiled": True, "correctness": True, "speedup": 2.1}, 2.0),  # agree, within 10%
+            _row("b", True, {"compiled": True, "correctness": True, "speedup": 0.9}, 1.3),  # agree, other side of 1x
+            _row("c", True, {"compiled": True, "correctness": False, "error": "max_difference: 0.3"}, 1.5),
+            _row("d", False, {"compiled": True, "correctness": True}),
+            _row("e", False, None, source=None),  # nothing to export
+            _row("f", True, {"compiled": None, "correctness": None, "error": "timed out"}, 1.2)]
+    c = kbx.compare(rows)
+    assert c["both_correct"] == 2 and c["kernellab_only_correct"] == 1 and c["kernelbench_only_correct"] == 1
+    assert c["both_not_correct"] == 0 and c["no_winner"] == 1 and c["kernelbench_no_verdict"] == 1
+    assert c["verdicts_compared"] == 4 and c["verdicts_agree"] == 2
+    assert c["speedup_compared"] == 2 and c["speedup_same_side_of_1x"] == 1 and c["speedup_within_10pct"] == 1
+    assert [r["agreement"] for r in rows] == ["both correct", "both correct", "kernellab only correct",
+                                              "kernelbench only correct", "no winner", "no KernelBench verdict"]
+    md = kbx.to_markdown({"db": "b.db", "settings": {}, "agreement": c, "problems": rows,
+                          "environment": {"date": "d", "device": "H200", "versions": {"commit": "abc"},
+                                          "kernelbench": "/kb", "kernelbench_commit": "423217d"}})
+    assert "Verdicts agree on 2 of 4 winners" in md and "423217d" in md and "commit abc" in md
+    assert "| c | correct | incorrect | 1.50x | - | kernellab only correct | max_difference: 0.3 |" in md
+
+
+def _script(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_without_cuda_it_stops_with_one_line(bench_db: Path, tmp_path: Path) -> None:
+    fake_kb = tmp_path / "kb"
+    (fake_kb / "src" / "kernelbench").mkdir(parents=True)
+    (fake_kb / "src" / "kernelbench" / "eval.py").write_text("")
+    for args, msg in ((["--db", str(tmp_path / "none.db")], "no such database"),
+                      (["--db", str(bench_db), "--kernelbench", str(fake_kb)], "needs a CUDA device")):
+        r = _script(*args, "--out-dir", str(tmp_path / "out"), cwd=tmp_path)
+        assert r.returncode == 2 and msg in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.gpu
+def test_crosscheck_end_to_end_on_gpu(tmp_path: Path) -> None:
+    """A real bench on one problem, then KernelBench's own harness on its winner: both say correct."""
+    kb = ROOT.parent / "shared" / "kernelbench"
+    if not (kb / "src" / "kernelbench" / "eval.py").is_file():
+        pytest.skip(f"no KernelBench at {kb}")
+    suite = tmp_path / "one.txt"
+    suite.write_text("experiments/problems/ops/softmax.py\n")
+    db = tmp_path / "b.db"
+    r = subprocess.run([sys.executable, "-m", "kernellab.cli", "bench", str(suite), "--budget", "1", "--trials", "2",
+                        "--debug-rounds", "0", "--db", str(db), "--out-dir", str(tmp_path / "res"), "--json"],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = tmp_path / "cross"
+    r = _script("--db", str(db), "--kernelbench", str(kb), "--perf-trials", "10", "--out-dir", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(next(out.glob("*-kb-crosscheck.json")).read_text())
+    assert result["agreement"]["both_correct"] == 1, result["problems"]
+    assert result["problems"][0]["kernelbench"]["speedup"] > 0
+    assert result["environment"]["kernelbench_commit"] != "unknown"
