@@ -274,8 +274,11 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
         cid = start_campaign(store, config, name=name, problems=checked)
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
-    with Progress(enabled=None if not as_json else False) as progress:
-        summary = _interruptible(lambda: run_campaign(store, cid, progress=progress), store, cid)
+    try:
+        with Progress(enabled=None if not as_json else False) as progress:
+            summary = _interruptible(lambda: run_campaign(store, cid, progress=progress), store, cid)
+    except CampaignError as exc:  # e.g. CampaignBusy: resumed by another process already
+        raise UsageFailure(str(exc)) from None
     _finish(summary, as_json)
 
 
