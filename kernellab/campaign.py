@@ -270,7 +270,8 @@ def campaign_lock(store: Any, campaign_id: str, name: str | None = None) -> Iter
 
     An ``flock`` on ``<database>.<campaign id>.lock``: the kernel releases it when the holder exits or
     is killed (``kill -9`` too), so a crashed run never blocks its resume, and no liveness check is
-    needed. The file keeps the holder's pid and host for the message. An in-memory store is only
+    needed. The file keeps the holder's pid and host for the message, and is removed when the run
+    ends (a killed run leaves it, unlocked, for the next to take). An in-memory store is only
     reachable from this process: a set of held ids does there."""
     label = name or campaign_id
     if getattr(store, "memory", False) or str(getattr(store, "path", ":memory:")) == ":memory:":
@@ -288,21 +289,34 @@ def campaign_lock(store: Any, campaign_id: str, name: str | None = None) -> Iter
     import fcntl
 
     path = Path(f"{Path(store.path).resolve()}.{campaign_id}.lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
-        finally:
-            os.close(fd)
-        raise CampaignBusy(f"campaign {label!r} is already running ({holder}): wait for it to end, "
-                           "or stop that process, then resume") from None
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            finally:
+                os.close(fd)
+            raise CampaignBusy(f"campaign {label!r} is already running ({holder}): wait for it to end, "
+                               "or stop that process, then resume") from None
+        # the holder before us unlinks the file as it lets go: a lock on an unlinked file guards nothing
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
         yield
     finally:
+        try:
+            os.unlink(path)  # still holding it, so no one can have locked this file meanwhile
+        except FileNotFoundError:
+            pass
         os.close(fd)  # releases the flock
 
 

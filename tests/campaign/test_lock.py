@@ -28,7 +28,7 @@ def _kernellab(*args: str, cwd: Path) -> subprocess.Popen:
 def test_lock_in_one_process(tmp_path: Path) -> None:
     for store in (Store(tmp_path / "k.db"), Store(":memory:")):
         with campaign_lock(store, "c1", "one"):
-            with pytest.raises(CampaignBusy, match="'one' is already running"):
+            with pytest.raises(CampaignBusy, match=rf"'one' is already running(.*pid {os.getpid()} on)?"):
                 with campaign_lock(store, "c1", "one"):
                     pass
             with campaign_lock(store, "c2"):  # another campaign of the same database
@@ -36,6 +36,27 @@ def test_lock_in_one_process(tmp_path: Path) -> None:
         with campaign_lock(store, "c1"):  # released
             pass
         store.close()
+    assert not list(tmp_path.glob("*.lock"))  # removed when the run ends
+
+
+def test_lock_held_by_a_killed_process_is_free(tmp_path: Path) -> None:
+    store = Store(tmp_path / "k.db")
+    code = ("import sys, time; from kernellab.store import Store; from kernellab.campaign import campaign_lock\n"
+            f"with campaign_lock(Store({str(tmp_path / 'k.db')!r}), 'c1'):\n"
+            "    print('held', flush=True); time.sleep(600)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(CampaignBusy, match=f"pid {holder.pid} on"):
+            with campaign_lock(store, "c1"):
+                pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert list(tmp_path.glob("*.lock"))  # left behind by the killed holder, unlocked
+    with campaign_lock(store, "c1"):
+        pass
+    store.close()
 
 
 @pytest.mark.slow
