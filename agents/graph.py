@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, TypedDict
 
 from kernellab.agents.roles import Agents, Proposal
+from kernellab.store import is_winner_retime
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import RetryPolicy, Send
 
@@ -80,7 +81,7 @@ def _tree_rows(ctx: Context, problem_id: str, selected: list[str | None] | None 
     by_candidate: dict[str, list[dict]] = {}
     # one query for the campaign, not one per candidate: plan reads the tree at every step
     for e in store.evaluations(campaign_id=ctx.campaign_id):
-        if e["kind"] in ("full", "retime"):
+        if e["kind"] in ("full", "retime") and not is_winner_retime(e):
             by_candidate.setdefault(e["candidate_id"], []).append(e)
     rows = []
     for c in store.candidates(ctx.campaign_id, problem_id):
@@ -275,7 +276,7 @@ def build_graph(ctx: Context) -> StateGraph:
         return {}
 
     def best_of(pid: str) -> dict | None:
-        rows = ctx.store.best(ctx.campaign_id, pid, ctx.config.get("objective", "speedup_eager"))
+        rows = ctx.store.reported_best(ctx.campaign_id, pid, ctx.config.get("objective", "speedup_eager"))
         return rows[0] if rows else None
 
     def profile(state: CampaignState) -> dict:

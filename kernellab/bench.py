@@ -158,9 +158,10 @@ def problem_row(store: Any, campaign_id: str, objective: str = "speedup_eager", 
             key = e["error_class"] or e["status"]
             failures[key] = failures.get(key, 0) + 1
     cands = store.candidates(campaign_id, pid)
-    good = [e for c in cands for e in store.evaluations(candidate_id=c["id"])
-            if e["kind"] in ("full", "retime") and e["status"] == "correct"]
-    best = _pick([e for e in good if _counts(e, allow_library)], objective)
+    # the store's reported best: the winner under the objective, replaced by its fresh-job re-timing
+    reported = store.reported_best(campaign_id, pid, objective, library=allow_library)
+    best = reported[0] if reported and _counts(reported[0], allow_library) else None
+    good = store.reported_best(campaign_id, pid, objective, library=True) if best is None else [best]
     row: dict[str, Any] = {"problem": prob["name"], "path": prob["path"], "problem_id": pid, "campaign": camp["name"],
                            "device": camp["device"], "finished": camp["status"] == "done", "state": camp["status"],
                            "candidates": len(cands), "evaluations": len(full), "failures": failures,
@@ -185,8 +186,9 @@ def problem_row(store: Any, campaign_id: str, objective: str = "speedup_eager", 
         "eager_ms": best["eager_ms"], "compile_ms": best["compile_ms"],
         "speedup_eager": best["speedup_eager"], "speedup_compile": best["speedup_compile"],
         "speedup_eager_p20_p80": _band(best, "eager_ms"), "speedup_compile_p20_p80": _band(best, "compile_ms"),
-        "own_kernel_share": best["own_kernel_share"],
-        "evaluations_to_best": order.index(best["id"]) + 1 if best["id"] in order else None,
+        "own_kernel_share": best["own_kernel_share"], "retimed": bool(best.get("retimed")),
+        "win_eager": best.get("win_eager"), "win_compile": best.get("win_compile"),
+        "evaluations_to_best": order.index(best["selected_id"]) + 1 if best.get("selected_id") in order else None,
         "seconds_to_best": round((_dt.datetime.fromisoformat(best["created_at"]) - t0).total_seconds(), 1),
         "actions": [c["action"] or "(seed)" for c in lineage],
         "analysis": analyses[-1] if analyses else None,
@@ -226,7 +228,10 @@ def summarize(rows: list[dict]) -> dict:
             if interpreted and p > 0:
                 out[name] = None
                 continue
-            out[name] = sum(1 for r in wins if p == 0 or (r.get(key) or 0) > p) / n if n else None
+            # from 1x up, a win also needs its re-timed p20-p80 band to clear the baseline's (win_*
+            # False); a row never re-timed (None) is judged on its median alone
+            out[name] = sum(1 for r in wins if p == 0 or ((r.get(key) or 0) > p and
+                                                         (p < 1 or r.get(f"win_{base}") is not False))) / n if n else None
         vals = [r[key] for r in wins if r.get(key)]
         out[f"geomean_{base}_correct"] = math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
         # counting an incorrect or unfinished problem as 1.0x (we fall back to the reference) keeps the mean honest

@@ -274,8 +274,11 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
         cid = start_campaign(store, config, name=name, problems=checked)
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
-    with Progress(enabled=None if not as_json else False) as progress:
-        summary = _interruptible(lambda: run_campaign(store, cid, progress=progress), store, cid)
+    try:
+        with Progress(enabled=None if not as_json else False) as progress:
+            summary = _interruptible(lambda: run_campaign(store, cid, progress=progress), store, cid)
+    except CampaignError as exc:  # e.g. CampaignBusy: resumed by another process already
+        raise UsageFailure(str(exc)) from None
     _finish(summary, as_json)
 
 
@@ -302,6 +305,36 @@ def resume(campaign: str, usd_budget: float | None, db: str, as_json: bool) -> N
                                                              usd_budget=usd_budget), store, camp["id"])
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
+    _finish(summary, as_json)
+
+
+@main.command()
+@click.argument("campaign")
+@click.option("--problem", default=None, metavar="P", help="Only this problem (name or id).")
+@click.option("--force", is_flag=True, help="Re-time winners that were re-timed before, once more.")
+@db_option
+@json_option
+@_errors
+def retime(campaign: str, problem: str | None, force: bool, db: str, as_json: bool) -> None:
+    """Re-time each problem's winner of CAMPAIGN in a fresh job (candidate, eager and torch.compile
+    interleaved): the number status, report, export and bench print. Campaigns do it at their end;
+    this does it on demand. Prints the summary; exit 1 when no problem has a correct candidate."""
+    from .campaign import CampaignError, campaign_lock, retime_winners
+
+    store = _store(db)
+    camp = store.get_campaign(campaign)
+    if camp is None:
+        raise UsageFailure(f"no campaign {campaign!r} in {db}")
+    try:
+        with campaign_lock(store, camp["id"], camp["name"]):  # not while a run of it adds candidates
+            outcomes = retime_winners(store, camp["id"], problem=problem, force=force)
+    except CampaignError as exc:
+        raise UsageFailure(str(exc)) from None
+    summary = store.summary(camp["id"])
+    summary["retime"] = outcomes
+    if not as_json:
+        for o in outcomes:
+            click.echo(f"{o['problem']}: {o['outcome']}")
     _finish(summary, as_json)
 
 
@@ -352,7 +385,10 @@ def export(campaign: str, problem: str | None, output: str | None, db: str, as_j
     obj = {"path": str(path), "campaign": best["campaign"]["id"], "problem": best["problem"]["name"],
            "candidate": best["candidate"]["id"], "evaluation": e["id"], "config": e.get("config") or {},
            "interpreted": bool(e["interpreted"]), "speedup_eager": None if e["interpreted"] else e["speedup_eager"],
-           "speedup_compile": None if e["interpreted"] else e["speedup_compile"]}
+           "speedup_compile": None if e["interpreted"] else e["speedup_compile"],
+           "retimed": e["retimed"], "median_ms": e["median_ms"], "p20_ms": e["p20_ms"], "p80_ms": e["p80_ms"],
+           "speedup_eager_p20_p80": e["speedup_eager_p20_p80"], "speedup_compile_p20_p80": e["speedup_compile_p20_p80"],
+           "win_eager": e["win_eager"], "win_compile": e["win_compile"]}
     emit(obj, as_json, lambda o: click.echo(f"best candidate {o['candidate'][:12]} of {o['problem']} "
                                             f"written to {o['path']}"))
 

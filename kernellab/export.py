@@ -43,8 +43,9 @@ def _open(db: Any) -> Any:
 
 
 def best_candidate(store: Any, campaign: str, problem: str | None = None) -> dict:
-    """The best correct evaluation of ``problem`` (name or id; may be omitted when the campaign has
-    one problem) in ``campaign``, with its ``candidate``, ``problem`` and ``campaign`` rows."""
+    """The reported best evaluation of ``problem`` (name or id; may be omitted when the campaign has
+    one problem) in ``campaign`` (``store.reported_best``: the winner under the campaign's objective,
+    as re-timed in a fresh job when it was), with its ``candidate``, ``problem`` and ``campaign`` rows."""
     camp = store.get_campaign(campaign)
     if camp is None:
         raise ExportError(f"no campaign {campaign!r} in {store.path}")
@@ -64,7 +65,7 @@ def best_candidate(store: Any, campaign: str, problem: str | None = None) -> dic
             names = ", ".join(sorted(r["name"] for r in rows.values())) or "none"
             raise ExportError(f"campaign {camp['name']!r} has no problem {problem!r} (it has: {names})")
         pid = matches[0]
-    best = store.best(camp["id"], pid)
+    best = store.reported_best(camp["id"], pid)
     if not best:
         raise NoCorrectCandidate(f"problem {rows[pid]['name']!r} has no correct candidate in campaign {camp['name']!r}")
     return {"evaluation": best[0], "candidate": store.get_candidate(best[0]["candidate_id"]),
@@ -124,7 +125,11 @@ def _header(b: dict) -> str:
         claim = "timings are interpreted (Triton interpreter on CPU): no speedup is claimed"
     else:
         fx = lambda v: "-" if v is None else f"{v:.3g}x"
-        claim = f"speedup vs eager {fx(e['speedup_eager'])}, vs torch.compile {fx(e['speedup_compile'])}"
+        fb = lambda b: "" if not b else f" (p20-p80 {b[0]:.3g}-{b[1]:.3g}x)"
+        claim = (f"speedup vs eager {fx(e['speedup_eager'])}{fb(e.get('speedup_eager_p20_p80'))}, "
+                 f"vs torch.compile {fx(e['speedup_compile'])}{fb(e.get('speedup_compile_p20_p80'))}")
+    claim += ("; re-timed in a fresh job" if e.get("retimed")
+              else "; not re-timed (the best of all its evaluations)")
     return (f'"""kernellab export: the best candidate for problem {p["name"]!r} in campaign {camp["name"]!r}.\n\n'
             f"candidate  {c['id']} (depth {c['depth']}, origin {c['origin']}, language {c['language']})\n"
             f"action     {c['action'] or '(root)'}\n"

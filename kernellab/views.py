@@ -19,6 +19,18 @@ def fmt_ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.4g} ms"
 
 
+def fmt_band(r: dict) -> str:
+    if r.get("median_ms") is None:
+        return "-"
+    if r.get("p20_ms") is None or r.get("p80_ms") is None:
+        return fmt_ms(r["median_ms"])
+    return f"{fmt_ms(r['median_ms'])} ({r['p20_ms']:.4g}-{r['p80_ms']:.4g})"
+
+
+def fmt_xband(v: float | None, band: list[float] | None) -> str:
+    return fmt_x(v) if v is None or not band else f"{fmt_x(v)} ({band[0]:.2f}-{band[1]:.2f})"
+
+
 def print_campaigns(rows: list[dict]) -> None:
     if not rows:
         console.print("no campaigns in this store")
@@ -38,13 +50,19 @@ def print_summary(s: dict) -> None:
                   f"statuses {s['statuses'] or '{}'}, LLM calls {s['llm']['calls']} "
                   f"(${s['llm']['cost_usd']:.2f})")
     t = Table(title="best correct candidate per problem")
-    for col in ("problem", "candidate", "time", "vs eager", "vs compile", "note"):
+    for col in ("problem", "candidate", "time (p20-p80)", "vs eager", "vs compile", "note"):
         t.add_column(col)
     for b in s["best"]:
-        note = "interpreted (CPU): no speedup claimed" if b["interpreted"] else (
-            "library only" if b["library_only"] else "")
-        t.add_row(b["problem"] or b["problem_id"], b["candidate_id"][:12], fmt_ms(b["median_ms"]),
-                  fmt_x(b["speedup_eager"]), fmt_x(b["speedup_compile"]), note)
+        notes = ["interpreted (CPU): no speedup claimed"] if b["interpreted"] else []
+        notes += ["library only"] if b["library_only"] else []
+        notes.append("re-timed" if b.get("retimed") else "not re-timed")
+        if b.get("win_eager") is not None or b.get("win_compile") is not None:
+            notes.append("band clears " + (" and ".join(n for n, w in (("eager", b.get("win_eager")),
+                                                                      ("compile", b.get("win_compile"))) if w)
+                                           or "no baseline"))
+        t.add_row(b["problem"] or b["problem_id"], b["candidate_id"][:12], fmt_band(b),
+                  fmt_xband(b["speedup_eager"], b.get("speedup_eager_p20_p80")),
+                  fmt_xband(b["speedup_compile"], b.get("speedup_compile_p20_p80")), ", ".join(notes))
     console.print(t)
 
 

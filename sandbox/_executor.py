@@ -78,7 +78,11 @@ class EvalJob:
     same ratio). ``stop_above_ms`` stops the timing when the candidate's median over its first
     repetitions (5 on the GPU, 3 on the CPU) is already above it: the result is still ``correct``
     (every correctness and integrity check has run), its timings cover those repetitions, and
-    ``details.early_stopped`` is True. A timing that has no repetitions left to skip is complete."""
+    ``details.early_stopped`` is True. A timing that has no repetitions left to skip is complete.
+
+    ``retime``: a winner's re-timing, whose printed speedups must be same-job ratios: on CUDA the
+    job compiles the reference with torch.compile itself (before the candidate is loaded) and times
+    it interleaved with the candidate and eager; the cached baseline is neither read nor written."""
 
     problem: Problem
     source: str
@@ -92,6 +96,7 @@ class EvalJob:
     tag: Any = None
     timing_target_ms: float | None = None
     stop_above_ms: float | None = None
+    retime: bool = False
 
 
 class Executor(abc.ABC):
@@ -430,7 +435,7 @@ class LocalExecutor(Executor):
         limits = job.limits or self.limits
         job_id = f"{os.getpid()}_{next(self._ids)}"
         key = need = bl_fut = None
-        if w.kind == "cuda" and job.timing:
+        if w.kind == "cuda" and job.timing and not job.retime:
             v = w.info["versions"]
             vkey = {k: v.get(k) for k in ("torch", "cuda", "triton", "driver", "python")}
             key = content_hash(job.problem.id, w.info["device"], json.dumps(vkey, sort_keys=True), str(job.small))
@@ -438,7 +443,7 @@ class LocalExecutor(Executor):
         payload = {"job_id": job_id, "problem": job.problem, "source": job.source, "config": job.config,
                    "small": job.small, "trials": job.trials, "timing": job.timing, "need_baseline": need,
                    "max_jobs": self.max_jobs_per_worker, "timing_target_ms": job.timing_target_ms,
-                   "stop_above_ms": job.stop_above_ms}
+                   "stop_above_ms": job.stop_above_ms, "time_compile": bool(job.retime)}
         clock = _GpuClock()
         offset = w.log_size()
         lock = self._gpu_locks.get(gpu) if w.kind == "cuda" else None

@@ -123,6 +123,9 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
         if job.get("need_baseline") and w.device_kind == "cuda" and job.get("timing", True):
             w.phase("baseline")
             d["baseline_measured"] = _baseline(w, state)
+        elif job.get("time_compile") and w.device_kind == "cuda" and job.get("timing", True):
+            w.phase("baseline")
+            _compile_reference(w, state, d)
         phase = "load"
         w.phase("load")
         state["snapshot"] = StateSnapshot()
@@ -270,6 +273,23 @@ def _baseline(w: Any, state: dict) -> dict:
     out.update(compile_ms=t["compile"]["median_ms"], compile_p20_ms=t["compile"]["p20_ms"],
                compile_p80_ms=t["compile"]["p80_ms"], eager_ms=t["eager"]["median_ms"])
     return out
+
+
+def _compile_reference(w: Any, state: dict, d: dict) -> None:
+    """torch.compile of the reference, compiled here (before the candidate exists, like the
+    reference outputs) so that :func:`_timing` can time it interleaved with the candidate."""
+    model, x = state["ref_model"], state["trials"][0]["inputs"]
+    try:
+        compiled = torch.compile(model)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            compiled(*clone_all(x))
+        _sync(w.device)
+    except Exception as exc:
+        d["compile_error"] = truncate(f"{type(exc).__name__}: {exc}", 1000)
+        return
+    d["compile_seconds"] = time.perf_counter() - t0
+    state["compiled"] = compiled
 
 
 def _call(state: dict, model: Any, inputs: list) -> Any:
@@ -442,8 +462,11 @@ def _timing(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict) -> Non
                 raise Rejected("side_stream_escape",
                                f"{left['leftover_ms']:.3f} ms of device work was still running after the timed "
                                f"region ended ({left['event_ms']:.3f} ms by events): work escapes on a side stream")
-            t = time_gpu({"candidate": cand, "eager": lambda: ref_model(*xr)}, w.flush, target_ms,
-                         stop_above_ms=stop_above, stop_on="candidate")
+            fns = {"candidate": cand, "eager": lambda: ref_model(*xr)}
+            if state.get("compiled") is not None:  # a re-timing: torch.compile in the same interleaving
+                compiled, xk = state["compiled"], clone_all(x)
+                fns["compile"] = lambda: compiled(*xk)
+            t = time_gpu(fns, w.flush, target_ms, stop_above_ms=stop_above, stop_on="candidate")
             d["timing_window"] = (t_start, time.time())  # wall clock, to show one timing per GPU at a time
             w.unlock()
             state["locked"] = False
@@ -458,6 +481,9 @@ def _timing(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict) -> Non
     d["timing"] = {"candidate": c, "eager": e, "method": "cuda events, L2 flushed, interleaved"
                    if w.device_kind == "cuda" else "wall clock, Triton interpreter",
                    "target_ms": target_ms, "stop_above_ms": stop_above}
+    if "compile" in t:
+        r["compile_ms"] = t["compile"]["median_ms"]
+        d["timing"]["compile"] = t["compile"]
     # a partial timing: its medians cover the first repetitions only (the tuner prunes such trials)
     d["early_stopped"] = bool(c["early_stopped"])
 

@@ -15,11 +15,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kernellab.store import is_winner_retime
+
 from kernellab.problem import content_hash
 
 __all__ = ["Node", "Tree", "score_of"]
 
 _JUDGED = ("full", "retime")  # evaluations that can make a node's score; "trial" rows are Optuna's
+
+
+def _judged(e: dict) -> bool:
+    # a winner's fresh-job re-timing checks the selection and is what gets reported
+    # (store.reported_best); scoring it too would let a re-timed node outrank itself by noise
+    return e["kind"] in _JUDGED and not is_winner_retime(e)
 
 
 def score_of(evaluation: dict, objective: str) -> tuple[float | None, bool]:
@@ -67,7 +75,7 @@ class Tree:
         rows = self.store.candidates(self.campaign_id, self.problem_id)
         evals: dict[str, list[dict]] = {r["id"]: [] for r in rows}
         for e in self.store.evaluations(campaign_id=self.campaign_id):
-            if e["candidate_id"] in evals and e["kind"] in _JUDGED:
+            if e["candidate_id"] in evals and _judged(e):
                 evals[e["candidate_id"]].append(e)
         kids: dict[str, list[str]] = {r["id"]: [] for r in rows}
         for r in rows:
@@ -145,13 +153,13 @@ class Tree:
             return None
         for cand in self.store.find_by_source_hash(h):
             judged = [e for e in self.store.evaluations(candidate_id=cand["id"])
-                      if e["kind"] in _JUDGED and e.get("device") == device]
+                      if _judged(e) and e.get("device") == device]
             if judged:
                 return max(judged, key=lambda e: score_of(e, self.objective)[0] or float("-inf"))
         return None
 
     def _latest(self, node_id: str) -> dict | None:
-        judged = [e for e in self.store.evaluations(candidate_id=node_id) if e["kind"] in _JUDGED]
+        judged = [e for e in self.store.evaluations(candidate_id=node_id) if _judged(e)]
         return judged[-1] if judged else None
 
     def evaluate_once(self, source: str, evaluate: Callable[[str], dict], *, device: str | None = None,

@@ -249,9 +249,10 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
         study.set_user_attr("value", "median_ms of a quick sandbox timing")
         if config:
             study.enqueue_trial({k: v for k, v in config.items() if k in dists})
+    _fail_stale(study)
     seen: dict[str, tuple[str, float | None, Any]] = {}  # config -> (state, value, trial number)
     for t in study.trials:  # a resumed study: earlier outcomes stand
-        if t.state.is_finished():
+        if t.state.is_finished() and STALE not in t.user_attrs:
             seen.setdefault(canonical_json(t.params), (t.state.name, _value_of(t), t.number))
     evaluated = 0
 
@@ -314,6 +315,32 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
                       pruned=states.count("PRUNED"), best_config=best["config"] if best else None,
                       best_ms=best["median_ms"] if best else None,
                       best_speedup=best.get("speedup_eager") if best else None, retimed=retimed).to_dict()
+
+
+STALE = "stale"  # user attribute of a trial a killed tuning left RUNNING
+
+
+def _fail_stale(study: Any) -> list[int]:
+    """Mark FAIL the trials a killed tuning left RUNNING, and enqueue their configurations again.
+
+    One tuning of a candidate runs at a time (the campaign lock holds its campaign), so a RUNNING
+    trial met when the study is opened has no one left to tell it. Left RUNNING, it would stay so in
+    the dashboard and count in no state; its configuration was never measured, so it is not an
+    outcome: the trial is FAIL with ``user_attrs["stale"]`` and the configuration is asked again."""
+    from optuna.trial import TrialState
+
+    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    finished = {canonical_json(t.params) for t in study.get_trials(deepcopy=False)
+                if t.state.is_finished() and STALE not in t.user_attrs}
+    waiting = {canonical_json(t.params) for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+    for t in stale:
+        study._storage.set_trial_user_attr(t._trial_id, STALE, "left RUNNING by a tuning that was killed")
+        study.tell(t.number, state=TrialState.FAIL)
+        key = canonical_json(t.params)
+        if t.params and key not in finished and key not in waiting:
+            study.enqueue_trial(t.params, user_attrs={"origin": f"again, after stale trial {t.number}"})
+            waiting.add(key)
+    return [t.number for t in stale]
 
 
 def _unseen(dists: dict[str, Any], seen: dict[str, Any], rng: random.Random, tries: int = 200) -> dict | None:

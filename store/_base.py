@@ -15,6 +15,16 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
+# ``details`` key that marks a ``retime`` evaluation as the re-timing of a problem's winner (made by
+# ``kernellab.campaign.retime_winners``), as opposed to the tuner's re-timings of its best configs
+WINNER_RETIME = "winner_retime"
+
+
+def is_winner_retime(evaluation: dict) -> bool:
+    """Whether an evaluation record is the fresh-job re-timing of a problem's winner."""
+    return evaluation.get("kind") == "retime" and bool((evaluation.get("details") or {}).get(WINNER_RETIME))
+
+
 def canonical_json(obj: Any) -> str:
     """Stable JSON: the same object always gives the same text (keys sorted), so it can be hashed."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
@@ -121,8 +131,16 @@ class BaseStore(abc.ABC):
 
     @abc.abstractmethod
     def best(self, campaign_id: str, problem_id: str | None = None,
-             objective: str = "speedup_eager") -> list[dict]:
-        """Per problem, the best correct evaluation (joined with its candidate)."""
+             objective: str = "speedup_eager", library: bool = True) -> list[dict]:
+        """Per problem, the best correct judged evaluation (joined with its candidate): the
+        *selection* of the winner. Winners' re-timings never take part, and a (candidate, config)
+        whose re-timing failed is out. ``library=False`` leaves out library-only evaluations."""
+
+    @abc.abstractmethod
+    def reported_best(self, campaign_id: str, problem_id: str | None = None, objective: str | None = None,
+                      library: bool = True) -> list[dict]:
+        """Per problem, the number kernellab prints: the winner (:meth:`best` under ``objective``,
+        default the campaign's) replaced by its latest fresh-job re-timing when it has one."""
 
     @abc.abstractmethod
     def summary(self, campaign_id: str) -> dict: ...

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from ._base import BaseStore, StoreError, canonical_json, now
+from ._base import WINNER_RETIME, BaseStore, StoreError, canonical_json, now
 from ._schema import KNOWN, MIGRATION_SET, migrations
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -359,22 +359,73 @@ class SQLiteStore(BaseStore):
         return rows
 
     def best(self, campaign_id: str, problem_id: str | None = None,
-             objective: str = "speedup_eager") -> list[dict]:
+             objective: str = "speedup_eager", library: bool = True) -> list[dict]:
         if objective not in _OBJECTIVES:
             raise StoreError(f"objective {objective!r} is not one of {', '.join(sorted(_OBJECTIVES))}")
         # Interpreted (CPU) timings never count as speedups; among them the fastest correct wins.
+        # A winner's re-timing is a check of the selection, not a candidate for it (it would make the
+        # selection depend on which candidates happened to be re-timed); a (candidate, config) that
+        # failed its re-timing is out.
+        winner = f"(w.kind = 'retime' and json_extract(w.details_json, '$.{WINNER_RETIME}') is not null)"
         sql = f"""
             select e.*, c.problem_id, c.action, c.depth, c.origin, c.parent_id, c.language,
                    row_number() over (partition by c.problem_id
-                       order by (e.{objective} is null), e.{objective} desc, e.median_ms asc, e.rowid) as rk
+                       order by (e.{objective} is null), e.{objective} desc, (e.median_ms is null),
+                                e.median_ms asc, e.rowid) as rk
             from evaluations e join candidates c on c.id = e.candidate_id
             where c.campaign_id = ? and e.status = 'correct' and e.kind in ('full', 'retime')
+              and not (e.kind = 'retime' and json_extract(e.details_json, '$.{WINNER_RETIME}') is not null)
+              and not exists (select 1 from evaluations w where w.candidate_id = e.candidate_id
+                              and w.config_json = e.config_json and {winner} and w.status != 'correct')
+              {"" if library else "and not e.library_only"}
               {"and c.problem_id = ?" if problem_id else ""}"""
         params = [campaign_id] + ([problem_id] if problem_id else [])
         rows = self._all(f"select * from ({sql}) where rk = 1 order by problem_id", params)
         for r in rows:
             r.pop("rk", None)
         return rows
+
+    def reported_best(self, campaign_id: str, problem_id: str | None = None, objective: str | None = None,
+                      library: bool = True) -> list[dict]:
+        """Per problem, the row every printed number comes from (``status``, ``report``, ``export``,
+        ``bench``): the winner under ``objective`` (the campaign's when None), replaced by its latest
+        correct fresh-job re-timing when it has one. Extra keys: ``retimed``, ``selected_id`` (the
+        evaluation that selected the winner), ``objective``, the baselines' ``eager_p20_ms``..
+        ``compile_p80_ms``, ``speedup_eager_p20_p80``/``speedup_compile_p20_p80`` (the speedup at the
+        candidate's p80 and p20 times; None when interpreted) and ``win_eager``/``win_compile``/``win``:
+        whether the candidate's p80 time is below the baseline's p20 time in the re-timing (None
+        where that was not measured: no re-timing yet, an interpreted run, no torch.compile timing)."""
+        camp = self.get_campaign(campaign_id)
+        if camp is None:
+            raise StoreError(f"no campaign {campaign_id!r}")
+        objective = objective or (camp.get("config") or {}).get("objective") or "speedup_eager"
+        rows = self.best(camp["id"], problem_id, objective, library=library)
+        if not rows:
+            return []
+        latest: dict[tuple[str, str], dict] = {}
+        for e in self._all("select * from evaluations where campaign_id = ? and kind = 'retime' and status = 'correct' "
+                           f"and json_extract(details_json, '$.{WINNER_RETIME}') is not null order by rowid",
+                           [camp["id"]]):
+            latest[(e["candidate_id"], e["config_json"])] = e
+        out = []
+        cand_cols = ("problem_id", "action", "depth", "origin", "parent_id", "language")
+        for row in rows:
+            retime = latest.get((row["candidate_id"], row["config_json"]))
+            r = {**retime, **{k: row[k] for k in cand_cols}} if retime else dict(row)
+            band = ((r.get("details") or {}).get(WINNER_RETIME) or {}).get("band") or {} if retime else {}
+            timing = (r.get("details") or {}).get("timing") or {}
+            interp = bool(r.get("interpreted"))
+            eager = band.get("eager") or timing.get("eager") or {}
+            comp = band.get("compile") or {}
+            r.update(retimed=retime is not None, selected_id=row["id"], objective=objective,
+                     eager_p20_ms=eager.get("p20_ms"), eager_p80_ms=eager.get("p80_ms"),
+                     compile_p20_ms=comp.get("p20_ms"), compile_p80_ms=comp.get("p80_ms"),
+                     speedup_eager_p20_p80=None if interp else _speedup_band(r, "eager_ms"),
+                     speedup_compile_p20_p80=None if interp else _speedup_band(r, "compile_ms"),
+                     win_eager=band.get("win_eager"), win_compile=band.get("win_compile"))
+            r["win"] = r["win_eager"] if objective == "speedup_eager" else r["win_compile"]
+            out.append(r)
+        return out
 
     def summary(self, campaign_id: str) -> dict:
         camp = self.get_campaign(campaign_id)
@@ -391,18 +442,29 @@ class SQLiteStore(BaseStore):
                 "select count(*), coalesce(sum(input_tokens),0), coalesce(sum(output_tokens),0), "
                 "coalesce(sum(cost_usd),0) from llm_calls where campaign_id = ?", [cid]).fetchone()
         problems = []
-        for b in self.best(cid):
+        for b in self.reported_best(cid):
             prob = self.get_problem(b["problem_id"])
             problems.append({"problem_id": b["problem_id"], "problem": prob["name"] if prob else None,
-                             "candidate_id": b["candidate_id"], "status": b["status"],
-                             "median_ms": b["median_ms"], "eager_ms": b["eager_ms"],
-                             "compile_ms": b["compile_ms"], "speedup_eager": b["speedup_eager"],
-                             "speedup_compile": b["speedup_compile"], "interpreted": bool(b["interpreted"]),
+                             "candidate_id": b["candidate_id"], "evaluation_id": b["id"], "kind": b["kind"],
+                             "retimed": b["retimed"], "status": b["status"], "config": b.get("config") or {},
+                             "median_ms": b["median_ms"], "p20_ms": b["p20_ms"], "p80_ms": b["p80_ms"],
+                             "eager_ms": b["eager_ms"], "compile_ms": b["compile_ms"],
+                             "speedup_eager": b["speedup_eager"], "speedup_compile": b["speedup_compile"],
+                             "speedup_eager_p20_p80": b["speedup_eager_p20_p80"],
+                             "speedup_compile_p20_p80": b["speedup_compile_p20_p80"],
+                             "win_eager": b["win_eager"], "win_compile": b["win_compile"],
+                             "interpreted": bool(b["interpreted"]),
                              "library_only": bool(b["library_only"]), "action": b["action"]})
         return {"campaign": {k: camp[k] for k in ("id", "name", "status", "created_at", "device")},
                 "candidates": n_cand, "evaluations": n_eval, "statuses": statuses,
                 "llm": {"calls": llm[0], "input_tokens": llm[1], "output_tokens": llm[2], "cost_usd": llm[3]},
                 "best": problems}
+
+
+def _speedup_band(e: dict, base: str) -> list[float] | None:
+    """[baseline / p80, baseline / p20]: the speedup at the candidate's slow and fast ends."""
+    b, p20, p80 = e.get(base), e.get("p20_ms"), e.get("p80_ms")
+    return [b / p80, b / p20] if b and p20 and p80 else None
 
 
 def open_store(path: str | os.PathLike = "kernellab.db") -> SQLiteStore:

@@ -34,6 +34,24 @@ def _check_complete(store: Store, campaign_id: str, budget: int) -> None:
         assert any(not s["payload"]["reason"].startswith("budget: candidates") for s in stops)
 
 
+def _check_tuned(store: Store, campaign_id: str, db: Path) -> None:
+    """A `tune` event is not enough (a tuner that raises records one too): an Optuna study with
+    completed trials, trial evaluations and a re-timed tuned configuration in the store."""
+    import optuna
+    from kernellab.search._tune import study_name
+
+    tuned = [e["payload"] for e in store.events(campaign_id, "tune") if "error" not in e["payload"]]
+    assert tuned, [e["payload"].get("error") for e in store.events(campaign_id, "tune")]
+    for t in tuned:
+        study = optuna.load_study(study_name=study_name(t["candidate_id"]), storage=f"sqlite:///{db}")
+        assert t["study"] == study.study_name and t["complete"] >= 1
+        assert [tr for tr in study.trials if tr.state.name == "COMPLETE"]
+        assert store.evaluations(candidate_id=t["candidate_id"], kind="trial")
+        retimed = [e for e in store.evaluations(candidate_id=t["candidate_id"], kind="retime")
+                   if e["status"] == "correct" and e["config"] == t["best_config"]]
+        assert retimed, "the tuned configuration was not re-timed"
+
+
 @pytest.mark.slow
 def test_builtin_campaign_through_every_node(tmp_path: Path) -> None:
     db = tmp_path / "k.db"
@@ -45,7 +63,9 @@ def test_builtin_campaign_through_every_node(tmp_path: Path) -> None:
     best = summary["best"][0]
     assert best["interpreted"] and best["speedup_eager"] is None  # CPU: no speedup claimed
     kinds = {e["kind"] for e in store.events(cid)}
-    assert {"select", "plan", "code", "tune", "profile", "analyze", "stop"} <= kinds, kinds
+    assert {"select", "plan", "code", "tune", "profile", "analyze", "stop", "retime"} <= kinds, kinds
+    _check_tuned(store, cid, db)
+    assert best["retimed"] and store.get_evaluation(best["evaluation_id"])["kind"] == "retime"
     _check_complete(store, cid, 4)
     cands = store.candidates(cid)
     assert any(c["parent_id"] for c in cands), "no expansion beyond the seeds"

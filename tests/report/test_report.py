@@ -158,3 +158,40 @@ def test_svg_tree_places_every_node(n: int) -> None:
     assert svg.count('class="kl-node"') == n and svg.count("<line") == n - 1
     assert "no data" in _svg.tree([]) and "no data" in _svg.line_chart([], x_label="x", y_label="y")
     assert _svg.nice_ticks(0, 1) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
+
+
+def _speedups_html(html: str, problem: str) -> str:
+    art = html.split(f'data-problem="{problem}"', 1)[1]
+    return art.split('data-section="speedups"', 1)[1].split("</section>", 1)[0]
+
+
+def test_report_shows_the_reported_best_under_the_campaign_objective(store: Store) -> None:
+    """One winner per problem under the campaign's --objective, and its re-timing when it has one."""
+    from kernellab.store import WINNER_RETIME
+    from report_campaign import timed
+
+    cid = build_campaign(store)
+    camp = store.get_campaign(cid)
+    store.update_campaign(cid, config={**camp["config"], "objective": "speedup_compile"})
+    pid = store.candidates(cid)[0]["problem_id"]
+    name = store.get_problem(pid)["name"]
+    seed = store.candidates(cid, pid)[0]["id"]
+    # fastest against eager, slow against torch.compile: the winner only under speedup_eager
+    odd = store.add_candidate(cid, pid, store.get_candidate(seed)["source"] + "# odd\n", parent_id=seed, action="odd")
+    store.add_evaluation(odd, timed(0.2, False, eager_ms=2.0, speedup_eager=10.0, compile_ms=0.1, speedup_compile=0.5))
+    sel = store.best(cid, pid, "speedup_compile")[0]
+    assert sel["candidate_id"] != odd
+    section = _speedups_html(render(store, cid), name)
+    assert "10.00×" not in section and f"{sel['speedup_compile']:.2f}×" in section
+    assert "not re-timed" in section
+
+    # the winner re-timed in a fresh job: that number replaces the best of its evaluations
+    rt = timed(1.0, False, config=sel["config"], speedup_compile=1.6, speedup_eager=2.0,
+               details={WINNER_RETIME: {"selected": sel["id"], "band": {
+                   "eager": {"p20_ms": 1.9, "p80_ms": 2.1}, "compile": {"p20_ms": 1.5, "p80_ms": 1.7},
+                   "win_eager": True, "win_compile": False}}})
+    rt["id"] = "winner-retime"
+    store.add_evaluation(sel["candidate_id"], rt, kind="retime")
+    section = _speedups_html(render(store, cid), name)
+    assert "1.60×" in section and f"{sel['speedup_compile']:.2f}×" not in section
+    assert "band overlaps the baseline" in section and "band clears the baseline" in section

@@ -145,3 +145,39 @@ def test_tune_without_space(store) -> None:
     t = Synth(store)
     with pytest.raises(SpaceError, match="no SPACE"):
         tune(None, store.get_candidate(t.add("r", speedup=1.0)), store=store, executor=object(), n_trials=3)
+
+
+def test_reopened_study_fails_stale_running_trials_and_goes_on(tmp_path, executor) -> None:
+    """A tuning killed mid-trial leaves that trial RUNNING in the study; reopening marks it FAIL
+    (stale) and evaluates its configuration again instead of counting it as an outcome."""
+    from kernellab.search._tune import STALE, flatten_space, optuna_storage
+    from optuna.trial import TrialState
+
+    from kernellab import Problem
+
+    store = Store(tmp_path / "k.db")
+    t = Synth(store)
+    problem = Problem(name="affine", source=PROBLEM, path="affine.py")
+    pid = store.add_problem(problem)
+    cid = store.add_candidate(t.cid, pid, CANDIDATE, origin="seed", space={"BLOCK": [32, 48, 64], "EPS": [0.0, 0.5]})
+    space, config = read_space(CANDIDATE)
+    dists = parse_space(*flatten_space(space, config))
+    # what a killed tuning leaves: the study, its enqueued CONFIG asked and never told
+    study = optuna.create_study(study_name=study_name(cid), storage=optuna_storage(store), direction="minimize")
+    study.enqueue_trial(config)
+    killed = study.ask(dists)
+    assert killed.params == config and study.trials[0].state == TrialState.RUNNING
+
+    out = tune(problem, store.get_candidate(cid), store=store, executor=executor, n_trials=2, seed=0,
+               device="cpu", trials=2, retime_top=1)
+    study = optuna.load_study(study_name=study_name(cid), storage=optuna_storage(store))
+    first = study.trials[0]
+    assert first.state == TrialState.FAIL and STALE in first.user_attrs
+    assert not [tr for tr in study.trials if tr.state == TrialState.RUNNING]
+    # the killed trial's configuration is evaluated again, and tuning went on past it
+    again = [tr for tr in study.trials[1:] if tr.params == config]
+    assert again and again[0].state == TrialState.COMPLETE
+    assert out["evaluated"] == 2 and out["complete"] >= 1 and out["best_config"] is not None
+    assert {(e["config"]["BLOCK"], e["config"]["EPS"]) for e in store.evaluations(candidate_id=cid, kind="trial")} \
+        >= {(64, 0.0)}
+    store.close()

@@ -1,0 +1,180 @@
+"""Winners re-timed in a fresh job, and that re-timing is the number every command prints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from kernellab.search import Tree
+from kernellab.store import WINNER_RETIME, Store
+
+from kernellab import Problem
+from kernellab.campaign import CampaignConfig, _band, retime_winners, run_campaign, start_campaign
+from kernellab.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+AFFINE = ROOT / "tests" / "agents" / "affine_problem.py"
+
+GOOD = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def affine_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0 + 1.0, mask=mask)
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        affine_kernel[(triton.cdiv(x.numel(), 128),)](x, y, x.numel(), BLOCK=128)
+        return y
+'''
+WRONG = GOOD.replace("* 2.0 + 1.0", "* 2.0 + 1.5")
+
+
+def _timed(median: float, speedup: float | None = None, **kw) -> dict:
+    """A correct evaluation's result dict as the sandbox writes it (GPU-like unless interpreted)."""
+    r = {"status": "correct", "median_ms": median, "p20_ms": median * 0.9, "p80_ms": median * 1.1,
+         "eager_ms": None if speedup is None else median * speedup, "speedup_eager": speedup,
+         "interpreted": speedup is None, "device": "test"}
+    r.update(kw)
+    return r
+
+
+def test_a_campaign_ends_with_its_winner_retimed_and_status_prints_it(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    store = Store(db)
+    cid = start_campaign(store, CampaignConfig(problems=[str(AFFINE)], budget=2, width=1, trials=2), name="rt")
+    summary = run_campaign(store, cid)
+    sel = store.best(cid)[0]
+    retimes = [e for e in store.evaluations(candidate_id=sel["candidate_id"], kind="retime")
+               if (e["details"] or {}).get(WINNER_RETIME)]
+    assert len(retimes) == 1, "the winner was not re-timed once"
+    rt = retimes[0]
+    assert rt["status"] == "correct" and rt["id"] != sel["id"] and rt["config"] == sel["config"]
+    assert rt["details"][WINNER_RETIME]["selected"] == sel["id"]
+    band = rt["details"][WINNER_RETIME]["band"]
+    # CPU: interpreted, so never a speedup and never a win, whatever the times say
+    assert rt["interpreted"] and band["win_eager"] is None and band["win_compile"] is None
+    assert band["eager"]["p20_ms"] is not None and band["compile"] is None  # compile is not timed on the CPU
+
+    res = CliRunner().invoke(main, ["status", "rt", "--db", str(db), "--json"])
+    assert res.exit_code == 0, res.output
+    best = json.loads(res.output)["best"][0]
+    assert best == summary["best"][0]
+    assert best["evaluation_id"] == rt["id"] and best["kind"] == "retime" and best["retimed"] is True
+    assert (best["median_ms"], best["p20_ms"], best["p80_ms"]) == (rt["median_ms"], rt["p20_ms"], rt["p80_ms"])
+    assert best["speedup_eager"] is None and best["speedup_eager_p20_p80"] is None and best["win_eager"] is None
+
+    # resuming the finished campaign re-times nothing twice; --force on demand adds one more
+    run_campaign(store, cid)
+    assert retime_winners(store, cid)[0]["outcome"] == "re-timed before"
+    n_before = len(store.evaluations(campaign_id=cid))
+    res = CliRunner().invoke(main, ["retime", "rt", "--db", str(db), "--force", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["retime"][0]["outcome"] == "re-timed" and len(store.evaluations(campaign_id=cid)) == n_before + 1
+    assert out["best"][0]["evaluation_id"] == out["retime"][0]["evaluation_id"] != rt["id"]  # the latest
+
+    # export and the report print the re-timed numbers too
+    res = CliRunner().invoke(main, ["export", "rt", "--db", str(db), "-o", str(tmp_path / "best.py"), "--json"])
+    assert res.exit_code == 0, res.output
+    exp = json.loads(res.output)
+    assert exp["evaluation"] == out["best"][0]["evaluation_id"] and exp["retimed"] is True
+    assert "re-timed in a fresh job" in (tmp_path / "best.py").read_text()
+    store.close()
+
+
+def test_a_winner_that_fails_its_recheck_is_out_and_the_next_is_retimed(tmp_path: Path) -> None:
+    """The store says WRONG was correct and fastest (as a flaky check might have); its fresh job says
+    otherwise, so it is out of the selection and the next best is re-timed and reported."""
+    from kernellab.sandbox import LocalExecutor
+
+    store = Store(tmp_path / "k.db")
+    problem = Problem(name="affine", source=AFFINE.read_text(), path=str(AFFINE))
+    pid = store.add_problem(problem)
+    cid = store.create_campaign("flaky", {"problem_ids": [pid], "objective": "speedup_eager", "trials": 2,
+                                          "device": "cpu", "problems": [str(AFFINE)]}, "cpu", {})
+    wrong = store.add_candidate(cid, pid, WRONG, origin="seed")
+    good = store.add_candidate(cid, pid, GOOD, origin="seed")
+    store.add_evaluation(wrong, _timed(1.0), kind="full")
+    good_full = store.add_evaluation(good, _timed(2.0), kind="full")
+    assert store.best(cid)[0]["candidate_id"] == wrong
+    with LocalExecutor(cpu_workers=1) as ex:
+        outcomes = retime_winners(store, cid, executor=ex)
+    assert outcomes == [{"problem": "affine", "candidate_id": good, "status": "correct",
+                         "evaluation_id": outcomes[0]["evaluation_id"], "outcome": "re-timed"}]
+    failed = store.evaluations(candidate_id=wrong, kind="retime")
+    assert len(failed) == 1 and failed[0]["status"] == "incorrect"
+    rep = store.reported_best(cid)[0]
+    assert rep["candidate_id"] == good and rep["retimed"] and rep["selected_id"] == good_full
+    assert store.summary(cid)["best"][0]["candidate_id"] == good
+    store.close()
+
+
+def test_reported_best_is_the_retiming_and_the_selection_ignores_it(tmp_path: Path) -> None:
+    store = Store(":memory:")
+    problem = Problem(name="affine", source=AFFINE.read_text(), path=str(AFFINE))
+    pid = store.add_problem(problem)
+    cid = store.create_campaign("c", {"problem_ids": [pid], "objective": "speedup_compile"}, "gpu", {})
+    a = store.add_candidate(cid, pid, GOOD, origin="seed")
+    b = store.add_candidate(cid, pid, WRONG, origin="seed")
+    lib = store.add_candidate(cid, pid, GOOD + "\n# library\n", origin="seed")
+    a_full = store.add_evaluation(a, _timed(1.0, 3.0, compile_ms=2.0, speedup_compile=2.0), kind="full")
+    store.add_evaluation(b, _timed(1.2, 2.5, compile_ms=2.4, speedup_compile=2.0 * 0.99), kind="full")
+    store.add_evaluation(lib, _timed(0.5, 6.0, compile_ms=4.0, speedup_compile=8.0, library_only=True), kind="full")
+    assert store.reported_best(cid)[0]["candidate_id"] == lib  # a library-only winner, unless asked otherwise
+    assert store.reported_best(cid, library=False)[0]["candidate_id"] == a
+    # a's re-timing in a fresh job: slower than its best evaluation (noise favoured it), band overlapping
+    result = _timed(1.6, 1.25, compile_ms=2.0, speedup_compile=1.25, p20_ms=1.5, p80_ms=1.7,
+                    details={"timing": {"eager": {"median_ms": 2.0, "p20_ms": 1.9, "p80_ms": 2.1},
+                                        "compile": {"median_ms": 2.0, "p20_ms": 1.65, "p80_ms": 2.2}}})
+    band = _band(result)
+    assert band["win_eager"] is True and band["win_compile"] is False  # p80 1.7 < 1.9, but not < 1.65
+    result["details"][WINNER_RETIME] = {"selected": a_full, "band": band}
+    result["id"] = "a-retime"
+    store.add_evaluation(a, result, kind="retime")
+
+    rep = store.reported_best(cid, library=False)[0]
+    assert rep["id"] == "a-retime" and rep["retimed"] and rep["selected_id"] == a_full
+    assert rep["objective"] == "speedup_compile" and rep["speedup_compile"] == 1.25
+    assert rep["speedup_compile_p20_p80"] == pytest.approx([2.0 / 1.7, 2.0 / 1.5])
+    assert (rep["win_eager"], rep["win_compile"], rep["win"]) == (True, False, False)
+    assert (rep["compile_p20_ms"], rep["eager_p20_ms"]) == (1.65, 1.9)
+    # the selection is unchanged by the re-timing, and the tree does not score it
+    assert store.best(cid, objective="speedup_compile", library=False)[0]["id"] == a_full
+    assert Tree(store, cid, pid, objective="speedup_compile")[a].best["id"] == a_full
+    assert _band({**result, "interpreted": True})["win_eager"] is None  # interpreted: never a win
+
+
+def test_interpreted_band_and_missing_baselines_are_not_wins() -> None:
+    r = _timed(1.0, 2.0, p80_ms=1.1, details={"timing": {"eager": {"median_ms": 2.0, "p20_ms": 1.8, "p80_ms": 2.2}}})
+    assert _band(r)["win_eager"] is True and _band(r)["win_compile"] is None  # compile not measured
+    assert _band({**r, "status": "incorrect"})["win_eager"] is None
+
+
+@pytest.mark.gpu
+def test_retime_job_times_compile_with_the_candidate(tmp_path: Path) -> None:
+    """On CUDA a re-timing job compiles and times torch.compile itself, interleaved with the candidate
+    and eager: its speedup_compile is a same-job ratio and the baseline cache is not touched."""
+    from kernellab.sandbox import EvalJob, LocalExecutor
+
+    store = Store(tmp_path / "k.db")
+    problem = Problem(name="affine", source=AFFINE.read_text(), path=str(AFFINE))
+    with LocalExecutor(workers_per_gpu=1) as ex:
+        r = ex.submit(EvalJob(problem, GOOD, device="cuda", store=store, retime=True)).result()
+    assert r["status"] == "correct", r["error_text"]
+    t = r["details"]["timing"]
+    assert set(t) >= {"candidate", "eager", "compile"}
+    assert r["compile_ms"] == t["compile"]["median_ms"] and r["eager_ms"] == t["eager"]["median_ms"]
+    assert r["speedup_compile"] == pytest.approx(r["compile_ms"] / r["median_ms"])
+    assert t["compile"]["reps"] == t["candidate"]["reps"]  # interleaved: the same repetitions
+    assert store._all("select * from baselines") == []
+    band = _band(r)
+    assert band["win_eager"] is not None and band["win_compile"] is not None
