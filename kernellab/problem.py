@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Problem", "ProblemError", "load_problem", "content_hash", "DEFAULT_TOLERANCES", "MODES", "apply_mode"]
+__all__ = ["Problem", "ProblemError", "load_problem", "content_hash", "DEFAULT_TOLERANCES", "MODES", "apply_mode", "declared_mode"]
 
 # (atol, rtol) per dtype: DESIGN.md "Evaluation".
 DEFAULT_TOLERANCES = {
@@ -108,7 +108,7 @@ class Problem:
     def mode(self) -> str:
         """``"train"`` or ``"eval"``; read from the source's syntax tree, so that callers in the
         orchestrator (the baseline cache key, ``show``) need not execute the problem."""
-        return _declared_mode(self.source)
+        return declared_mode(self.source)
 
     @classmethod
     def from_module(cls, model: torch.nn.Module, example_inputs: list | tuple, name: str,
@@ -227,7 +227,7 @@ def validate(problem: Problem, run: bool = True) -> None:
     mode = getattr(mod, "MODE", "train")
     if mode not in MODES:
         raise ProblemError(f"{label}: MODE {mode!r} is not one of {', '.join(map(repr, MODES))}")
-    if mode != _declared_mode(problem.source):
+    if mode != declared_mode(problem.source):
         raise ProblemError(f"{label}: MODE must be a literal string assigned at module level (MODE = \"eval\")")
     small = getattr(mod, "SMALL", None)
     if small is not None:
@@ -300,7 +300,7 @@ def instantiate(problem: Problem, small: bool, seed: int, device: str = "cpu", c
     return Instance(module=mod, model=model, inputs=inputs, dtype=dtype, init_inputs=init)
 
 
-def _declared_mode(source: str) -> str:
+def declared_mode(source: str) -> str:
     """The literal ``MODE = "..."`` of a source ("train" when absent or not a literal: ``validate``
     rejects a MODE whose executed value differs from this)."""
     try:
