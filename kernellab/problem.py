@@ -309,9 +309,11 @@ def declared_mode(source: str) -> str:
         return "train"
     mode = "train"
     for n in tree.body:
-        if (isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "MODE" for t in n.targets)
-                and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)):
-            mode = n.value.value
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
+        value = getattr(n, "value", None)
+        if (any(isinstance(t, ast.Name) and t.id == "MODE" for t in targets)
+                and isinstance(value, ast.Constant) and isinstance(value.value, str)):
+            mode = value.value
     return mode
 
 

@@ -121,7 +121,8 @@ BN = GOOD.replace("def forward", "def __init__(self):\n        super().__init__(
                   "    def forward").replace("return torch.relu(x) * 2", "return self.bn(x)")
 
 
-@pytest.mark.parametrize("declared, training", [("", True), ('MODE = "train"\n', True), ('MODE = "eval"\n', False)])
+@pytest.mark.parametrize("declared, training", [("", True), ('MODE = "train"\n', True), ('MODE = "eval"\n', False),
+                                               ('MODE: str = "eval"\n', False)])
 def test_mode_puts_the_built_model_in_train_or_eval(tmp_path: Path, declared: str, training: bool) -> None:
     from kernellab.problem import instantiate
 
