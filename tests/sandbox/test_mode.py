@@ -77,3 +77,23 @@ def test_dropout_draws_the_same_numbers_in_reference_and_candidate(sandbox_execu
     # three trials, timing on: each checked call (trials, the follow-up check) is reseeded alike
     r = evaluate(problem("dropout_train"), source, trials=3, timing=True, device="cpu", executor=sandbox_executor)
     assert r["status"] == status, (r["status"], r["error_text"])
+
+
+@pytest.mark.gpu
+def test_training_mode_on_cuda_full_size_with_baselines(sandbox_executor, problem):
+    """On the GPU: batch statistics pass and a dropped BatchNorm fails at full size, the baselines
+    (eager and torch.compile of the training-mode reference) are measured, torch's dropout on CUDA
+    draws the same numbers after the reseed, and the builtin's training BatchNorm seed is correct."""
+    from kernellab.agents.builtin import build
+
+    p = problem("bn_train")
+    r = evaluate(p, _candidate(p.source, True), small=False, device="cuda", trials=3, executor=sandbox_executor)
+    assert r["status"] == "correct", r["error_text"]
+    assert r["eager_ms"] and r["compile_ms"], r["details"].get("baseline")
+    r = evaluate(p, DROPS_BN, small=False, device="cuda", trials=2, timing=False, executor=sandbox_executor)
+    assert r["status"] == "incorrect"
+    r = evaluate(problem("dropout_train"), DROPOUT_TORCH, small=False, device="cuda", trials=3,
+                 executor=sandbox_executor)
+    assert r["status"] == "correct", r["error_text"]
+    r = evaluate(p, build(p).source, small=False, device="cuda", trials=3, timing=False, executor=sandbox_executor)
+    assert r["status"] == "correct" and r["library_only"] is False, r["error_text"]
