@@ -113,7 +113,12 @@ def show(candidate: str, db: str, as_json: bool, source: bool) -> None:
     evals = store.evaluations(candidate_id=cand["id"])
     for e in evals:
         e["metrics"] = store.metrics(e["id"])
-    obj = {"candidate": cand, "evaluations": evals}
+    from .problem import declared_mode
+
+    prob = store.get_problem(cand["problem_id"]) or {}
+    obj = {"candidate": cand, "evaluations": evals,
+           "problem": {"id": cand["problem_id"], "name": prob.get("name"),
+                       "mode": declared_mode(prob.get("source") or "")}}
     emit(obj, as_json, lambda o: views.print_candidate(o, source=source))
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Problem", "ProblemError", "load_problem", "content_hash", "DEFAULT_TOLERANCES"]
+__all__ = ["Problem", "ProblemError", "load_problem", "content_hash", "DEFAULT_TOLERANCES", "MODES", "apply_mode", "declared_mode"]
 
 # (atol, rtol) per dtype: DESIGN.md "Evaluation".
 DEFAULT_TOLERANCES = {
@@ -31,6 +31,22 @@ DEFAULT_TOLERANCES = {
 }
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _REQUIRED = ("Model", "get_inputs", "get_init_inputs")
+# The mode the reference, every candidate and both baselines run in (DESIGN.md "Problem format").
+# "train" is KernelBench's: the module as its constructor left it (training, for a fresh module:
+# BatchNorm on batch statistics, dropout active); "eval" is inference.
+MODES = ("train", "eval")
+
+
+def apply_mode(model: torch.nn.Module, mode: str) -> torch.nn.Module:
+    """Put a freshly built ``Model`` or ``ModelNew`` in the problem's mode: the one place that
+    decides it, for the reference, the candidate, the baselines, the builtin's capture and the
+    profiled process alike. ``"train"`` leaves the constructor's flags (KernelBench calls neither
+    ``.train()`` nor ``.eval()``, so a submodule its constructor froze stays frozen)."""
+    if mode == "eval":
+        return model.eval()
+    if mode != "train":
+        raise ProblemError(f"MODE {mode!r} is not one of {', '.join(map(repr, MODES))}")
+    return model
 
 
 class ProblemError(ValueError):
@@ -85,7 +101,14 @@ class Problem:
             "atol": float(getattr(mod, "ATOL", atol)),
             "rtol": float(getattr(mod, "RTOL", rtol)),
             "small": dict(getattr(mod, "SMALL", None) or {}),
+            "mode": getattr(mod, "MODE", "train"),
         }
+
+    @property
+    def mode(self) -> str:
+        """``"train"`` or ``"eval"``; read from the source's syntax tree, so that callers in the
+        orchestrator (the baseline cache key, ``show``) need not execute the problem."""
+        return declared_mode(self.source)
 
     @classmethod
     def from_module(cls, model: torch.nn.Module, example_inputs: list | tuple, name: str,
@@ -103,7 +126,8 @@ class Problem:
         except Exception as exc:  # pickling a local class, a lambda, ...
             raise ProblemError(f"<{name}>: model cannot be serialised for sandbox workers: {exc}") from exc
         blob = buf.getvalue()
-        tol = ""
+        # the model's own flag, as the user left it: a model in eval() means inference
+        tol = f"MODE = {'train' if model.training else 'eval'!r}\n"
         if atol is not None:
             tol += f"ATOL = {float(atol)!r}\n"
         if rtol is not None:
@@ -200,6 +224,11 @@ def validate(problem: Problem, run: bool = True) -> None:
     for key in ("ATOL", "RTOL"):
         if hasattr(mod, key) and not isinstance(getattr(mod, key), (int, float)):
             raise ProblemError(f"{label}: {key} must be a number")
+    mode = getattr(mod, "MODE", "train")
+    if mode not in MODES:
+        raise ProblemError(f"{label}: MODE {mode!r} is not one of {', '.join(map(repr, MODES))}")
+    if mode != declared_mode(problem.source):
+        raise ProblemError(f"{label}: MODE must be a literal string assigned at module level (MODE = \"eval\")")
     small = getattr(mod, "SMALL", None)
     if small is not None:
         if not isinstance(small, dict):
@@ -252,8 +281,7 @@ def instantiate(problem: Problem, small: bool, seed: int, device: str = "cpu", c
     try:
         torch.manual_seed(seed)
         model = (model_cls or mod.Model)(*init)
-        model = model.to(device=device, dtype=dtype)
-        model.eval()
+        model = apply_mode(model.to(device=device, dtype=dtype), getattr(mod, "MODE", "train"))
     except Exception as exc:
         raise ProblemError(f"{label}: building Model raised {type(exc).__name__}: {exc}") from None
     try:
@@ -270,6 +298,23 @@ def instantiate(problem: Problem, small: bool, seed: int, device: str = "cpu", c
         if not output_tensors(out):
             raise ProblemError(f"{label}: Model.forward returned {type(out).__name__}, not a tensor or a tuple of tensors")
     return Instance(module=mod, model=model, inputs=inputs, dtype=dtype, init_inputs=init)
+
+
+def declared_mode(source: str) -> str:
+    """The literal ``MODE = "..."`` of a source ("train" when absent or not a literal: ``validate``
+    rejects a MODE whose executed value differs from this)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return "train"
+    mode = "train"
+    for n in tree.body:
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
+        value = getattr(n, "value", None)
+        if (any(isinstance(t, ast.Name) and t.id == "MODE" for t in targets)
+                and isinstance(value, ast.Constant) and isinstance(value.value, str)):
+            mode = value.value
+    return mode
 
 
 def output_tensors(out: Any) -> list[torch.Tensor] | None:

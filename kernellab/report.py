@@ -165,6 +165,15 @@ def _problem_dtype(source: str) -> str:
     return m.group(1) if m else "float32"
 
 
+def _settings_line(source: str) -> str:
+    """The problem settings that change what was measured: dtype and mode (train: BatchNorm on batch
+    statistics, dropout active, as KernelBench; eval: inference)."""
+    from kernellab.problem import declared_mode
+
+    return (f'<p class="settings" data-mode="{escape(declared_mode(source))}">dtype {escape(_problem_dtype(source))}'
+            f' &middot; mode {escape(declared_mode(source))}</p>')
+
+
 def _problem_data(store: Any, cid: str, pid: str, cands: list[dict], evals: list[dict],
                   analyses: dict[str, dict], objective: str | None = None) -> dict:
     prob = store.get_problem(pid) or {"name": pid, "source": ""}
@@ -525,7 +534,7 @@ def render(store: Any, campaign_id: str) -> str:
                 _section("failures", "Failures by class", _sec_failures(p), pid),
                 _section("source", "Best source", _sec_source(p), pid)]
         parts.append(f'<article class="problem" id="{escape(pid)}" data-problem="{escape(p["name"])}">'
-                     f'<h2>{escape(p["name"])}</h2>{"".join(body)}</article>')
+                     f'<h2>{escape(p["name"])}</h2>{_settings_line(p["source"])}{"".join(body)}</article>')
     parts.append(_section("llm", "LLM usage and cost", _sec_llm(store.llm_calls(cid))))
     from kernellab import __version__
 

@@ -71,6 +71,9 @@ def print_candidate(obj: dict, source: bool = True) -> None:
     console.print(f"[bold]candidate {c['id']}[/] depth {c['depth']} origin {c['origin']} "
                   f"language {c['language']} parent {c['parent_id'] or '-'}")
     console.print(f"action: {c['action'] or '-'}")
+    if obj.get("problem"):
+        p = obj["problem"]
+        console.print(f"problem: {p.get('name') or p['id']} (mode {p['mode']})")
     t = Table(title="evaluations")
     for col in ("kind", "status", "config", "time", "p20-p80", "vs eager", "vs compile", "error"):
         t.add_column(col)

@@ -438,7 +438,9 @@ class LocalExecutor(Executor):
         if w.kind == "cuda" and job.timing and not job.retime:
             v = w.info["versions"]
             vkey = {k: v.get(k) for k in ("torch", "cuda", "triton", "driver", "python")}
-            key = content_hash(job.problem.id, w.info["device"], json.dumps(vkey, sort_keys=True), str(job.small))
+            # the mode changes what is timed (batch statistics or running ones), so it keys the cache
+            key = content_hash(job.problem.id, w.info["device"], json.dumps(vkey, sort_keys=True), str(job.small),
+                               job.problem.mode)
             bl_fut, need = self._baseline_future(job, key)
         payload = {"job_id": job_id, "problem": job.problem, "source": job.source, "config": job.config,
                    "small": job.small, "trials": job.trials, "timing": job.timing, "need_baseline": need,

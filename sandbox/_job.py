@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from kernellab.problem import cast_inputs, output_tensors
+from kernellab.problem import apply_mode, cast_inputs, output_tensors
 
 from ._check import (
     LARGE_SCALE,
@@ -139,7 +139,7 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
         if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
             raise _LoadError("missing_modelnew", "the candidate defines no class ModelNew(torch.nn.Module)")
         torch.manual_seed(SEED)
-        model = cls(*state["init"]).to(device=w.device, dtype=state["dtype"]).eval()
+        model = apply_mode(cls(*state["init"]).to(device=w.device, dtype=state["dtype"]), state["mode"])
         state["watch"] = ForwardWatch(_reference_classes(state["ref_mod"], mod, extra=(cls,)))
         state["own_names"] = set(CUPY_KERNEL.findall(job["source"]))
         phase = "compile"
@@ -234,6 +234,7 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
             gen = torch.Generator().manual_seed(SEED + 1000 + t)
             x = transform(base, dist, gen)
             with torch.no_grad():
+                _reseed(t)
                 ref = output_tensors(inst.model(*clone_all(x)))
             if ref is None:
                 raise _ProblemFault(f"{problem.label}: Model.forward returned no tensors")
@@ -244,8 +245,9 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
     except Exception as exc:
         raise _ProblemFault(f"{problem.label}: the reference failed in the worker: {type(exc).__name__}: {exc}") from exc
     state.update(ref_mod=mod, ref_model=inst.model, init=inst.init_inputs, dtype=inst.dtype,
-                 atol=settings["atol"], rtol=settings["rtol"], trials=trials)
+                 atol=settings["atol"], rtol=settings["rtol"], trials=trials, mode=settings["mode"])
     d["tolerance"] = {"atol": settings["atol"], "rtol": settings["rtol"], "dtype": settings["dtype"]}
+    d["mode"] = settings["mode"]
     d["small"] = bool(small)
 
 
@@ -292,8 +294,18 @@ def _compile_reference(w: Any, state: dict, d: dict) -> None:
     state["compiled"] = compiled
 
 
-def _call(state: dict, model: Any, inputs: list) -> Any:
+def _reseed(trial: int) -> None:
+    """The global RNG right before a checked forward: the same state for the reference's call and
+    the candidate's call of one trial, so a forward that draws random numbers (dropout in training
+    mode) draws the same ones in both -- when it draws them the way the reference does (torch's
+    own dropout); a kernel with its own generator cannot match and is judged incorrect."""
+    torch.manual_seed(SEED + 500 + trial)
+
+
+def _call(state: dict, model: Any, inputs: list, trial: int | None = None) -> Any:
     watch, counter = state["watch"], state["counter"]
+    if trial is not None:
+        _reseed(trial)
     watch.armed = counter.armed = True
     try:
         with torch.no_grad():
@@ -330,7 +342,7 @@ def _trials(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict, first_
         _sync(dev)
         t0 = time.perf_counter()
         with _filled_empty(dev.type == "cpu"):
-            out = _call(state, model, xin)
+            out = _call(state, model, xin, trial=i)
         _sync(dev)
         forward_s += time.perf_counter() - t0
         if i == 0:
@@ -416,7 +428,7 @@ def _follow(w: Any, state: dict, model: Any, d: dict) -> None:
     for x, new in zip(xin, trials[1]["inputs"], strict=False):
         if isinstance(x, torch.Tensor):
             x.copy_(new)
-    out = output_tensors(_call(state, model, xin))
+    out = output_tensors(_call(state, model, xin, trial=1))
     _sync(w.device)
     _integrity(state, "after timing")
     atol = state["atol"] * (LARGE_SCALE if trials[1]["dist"] == "large" else 1.0)

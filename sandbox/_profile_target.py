@@ -14,7 +14,7 @@ from pathlib import Path
 def main() -> None:
     import torch
 
-    from kernellab.problem import instantiate
+    from kernellab.problem import apply_mode, instantiate
 
     from ._worker import load_module
 
@@ -27,7 +27,7 @@ def main() -> None:
     if job.get("config"):
         mod.CONFIG.update(job["config"])
     torch.manual_seed(1234)
-    model = mod.ModelNew(*inst.init_inputs).to(device=dev, dtype=inst.dtype).eval()
+    model = apply_mode(mod.ModelNew(*inst.init_inputs).to(device=dev, dtype=inst.dtype), job["problem"].mode)
     with torch.no_grad():
         for _ in range(2):
             model(*inst.inputs)

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from kernellab.problem import Problem, cast_inputs, torch_dtype
+from kernellab.problem import Problem, apply_mode, cast_inputs, torch_dtype
 
 from .ir import FLOAT_DTYPES, Dyn, Graph, Node, Ref, Sym
 from .lower import LOWERINGS, VIEW_OPS, lower_node
@@ -77,7 +77,7 @@ def _build(problem: Problem, small: bool, device: str) -> tuple[torch.nn.Module,
         torch.manual_seed(0)
         model = mod.Model(*mod.get_init_inputs())
         inputs = list(mod.get_inputs())
-    model = model.to(device=device, dtype=dtype).eval()
+    model = apply_mode(model.to(device=device, dtype=dtype), getattr(mod, "MODE", "train"))
     inputs = cast_inputs(inputs, dtype, device)
     _NUMBERS[id(model)] = _numbers(model)
     import inspect
@@ -105,8 +105,9 @@ def _capture_at(problem: Problem, small: bool, method: str) -> Graph:
             try:
                 with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    fx, names_of, single = (_export if how == "export" else _make_fx)(model, inputs, names)
+                    fx, names_of, single, mutated = (_export if how == "export" else _make_fx)(model, inputs, names)
                 g = _translate(fx, names_of, single, how)
+                g.mutations = mutated
                 g.numbers = _NUMBERS.pop(id(model), {})
                 return g
             except Exception as exc:
@@ -140,7 +141,17 @@ def _export(model: torch.nn.Module, inputs: list, names: list[str]):
         placeholder_names[ph] = ("input", names[i])
     out_spec = ep.call_spec.out_spec
     single = out_spec is not None and out_spec.is_leaf()
-    return ep.graph_module.graph, placeholder_names, single
+    # A training-mode BatchNorm updates its running statistics: export returns the new buffer values
+    # as extra outputs ahead of the user's; the generated forward writes them back into the buffers.
+    from torch.export.graph_signature import OutputKind
+
+    mutated: dict[int, str] = {}
+    for i, spec in enumerate(sig.output_specs):
+        if spec.kind == OutputKind.BUFFER_MUTATION:
+            mutated[i] = spec.target
+        elif spec.kind != OutputKind.USER_OUTPUT:
+            raise CaptureError(f"forward mutates {spec.kind.name.lower()} {spec.target or ''}".strip())
+    return ep.graph_module.graph, placeholder_names, single, mutated
 
 
 def _make_fx(model: torch.nn.Module, inputs: list, names: list[str]):
@@ -159,7 +170,8 @@ def _make_fx(model: torch.nn.Module, inputs: list, names: list[str]):
     out = next(n for n in gm.graph.nodes if n.op == "output")
     single = not isinstance(out.args[0], (list, tuple)) or (len(out.args[0]) == 1 and isinstance(
         _val(out.args[0][0]), torch.Tensor) and not isinstance(model(*inputs), (tuple, list)))
-    return gm.graph, placeholder_names, single
+    # buffers updated in place (training-mode BatchNorm) stay in-place ATen calls on the buffer nodes
+    return gm.graph, placeholder_names, single, {}
 
 
 # -- fx -> IR -------------------------------------------------------------------------------------

@@ -365,6 +365,8 @@ def generate(problem_name: str, problem_source: str, graph: Graph, groups: list[
         fwd.append(f"        _dev = {first}.device if isinstance({first}, torch.Tensor) else None")
     fwd += [f"        {ln}" for ln in body]
     outs = [_render(o) for o in graph.outputs]
+    fwd += [f"        {_param_expr(fqn)}.copy_({outs[i]})" for i, fqn in sorted(graph.mutations.items())]
+    outs = [o for i, o in enumerate(outs) if i not in graph.mutations]
     ret = outs[0] if graph.single_output and len(outs) == 1 else "(" + ", ".join(outs) + ("," if len(outs) == 1 else "") + ")"
     fwd.append(f"        return {ret}")
     group_lines = "\n".join(f"  {g.describe(graph)}" for g in groups if g.kind != "torch")

@@ -108,6 +108,9 @@ class Graph:
     method: str = "export"  # export | make_fx
     uncaptured: list[str] = field(default_factory=list)  # ops left to PyTorch, by name
     notes: list[str] = field(default_factory=list)
+    # outputs[i] that are a buffer's new value (training-mode BatchNorm running statistics), i -> the
+    # buffer's dotted name: the forward copies them into the buffer instead of returning them
+    mutations: dict[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.reindex()

@@ -257,6 +257,35 @@ def _batch_norm_eval(c: _Ctx, x: Ref, w: Any, bias: Any, rm: Any, rv: Any, eps: 
     c.out[-1].dtype = c.node.dtype if name is None else c.dtype(x)
 
 
+def _batch_norm_train(c: _Ctx, b: dict) -> None:
+    """Training-mode BatchNorm (``_native_batch_norm_legit_functional``): normalize with the batch's
+    mean and biased variance over every dim but the channels; the new running statistics are
+    ``(1 - momentum) * running + momentum * batch`` with the *unbiased* variance, as PyTorch updates
+    them. Outputs ``<node>_out``, ``<node>_rmean``, ``<node>_rvar`` (read by the getitems 0, 3, 4)."""
+    x, rm, rv = b["input"], b["running_mean"], b["running_var"]
+    nd = len(c.shape(x))
+    ch = c.shape(x)[1]
+    d = (0,) + tuple(range(2, nd))
+    w, bias = _channel_view(c, b["weight"], nd), _channel_view(c, b["bias"], nd)
+    mean = c.reduce("mean", x, d, True)
+    xc = c.pw("sub", x, mean)
+    sq = c.pw("mul", xc, xc)
+    var = c.reduce("mean", sq, d, True)
+    inv = c.pw("rsqrt", c.pw("add", var, float(b["eps"])))
+    y = c.pw("mul", xc, inv)
+    if w is not None:
+        y = c.pw("mul", y, w)
+    if bias is not None:
+        y = c.pw("add", y, bias)
+    c.out[-1].name, c.out[-1].dtype = f"{c.node.name}_out", c.dtype(x)
+    m = float(b["momentum"])
+    var_u = c.reduce("mean", sq, d, True, correction=1.0)
+    for run, batch, tail in ((rm, mean, "rmean"), (rv, var_u, "rvar")):
+        flat = c.view(batch, [-1], (ch,))
+        c.pw("add", c.pw("mul", run, 1.0 - m), c.pw("mul", flat, m))
+        c.out[-1].name, c.out[-1].dtype = f"{c.node.name}_{tail}", c.dtype(run)
+
+
 def _var(c: _Ctx, b: dict, std: bool) -> None:
     x = b["self"]
     d = _dims(b["dim"], len(c.shape(x)))
@@ -393,6 +422,10 @@ def _lower_aten(c: _Ctx) -> bool:
     if op == "batch_norm.default" and not b["training"]:
         _batch_norm_eval(c, b["input"], b["weight"], b["bias"], b["running_mean"], b["running_var"], b["eps"])
         return True
+    if (op == "_native_batch_norm_legit_functional.default" and b["training"]
+            and isinstance(b["momentum"], float) and len(c.shape(b["input"])) >= 2):
+        _batch_norm_train(c, b)
+        return False  # the ATen call stays for its other results (dead code unless read)
     if op == "_native_batch_norm_legit_no_training.default":
         _batch_norm_eval(c, b["input"], b["weight"], b["bias"], b["running_mean"], b["running_var"],
                          b["eps"], name=f"{n.name}_out")
@@ -507,6 +540,9 @@ def lower_node(node: Node, graph: Graph) -> list[Node]:
         if node.attrs["index"] == 0 and src.op in ("max.dim", "min.dim", "_native_batch_norm_legit_no_training.default"):
             tail = "_values" if src.op in ("max.dim", "min.dim") else "_out"
             return [Node(node.name, "pw", "identity", (Ref(src.name + tail),), {}, node.shape, node.dtype)]
+        tail = {0: "_out", 3: "_rmean", 4: "_rvar"}.get(node.attrs["index"])
+        if src.op == "_native_batch_norm_legit_functional.default" and tail and src.attrs.get("expanded"):
+            return [Node(node.name, "pw", "identity", (Ref(src.name + tail),), {}, node.shape, node.dtype)]
         return [node]
     if node.kind != "aten":
         return [node]
@@ -520,6 +556,8 @@ def lower_node(node: Node, graph: Graph) -> list[Node]:
         c.out, whole = [], False
     if whole:
         return c.out
+    # the getitems of a multi-result op read the expansion's named results (see above)
+    node.attrs["expanded"] = bool(c.out)
     kind = "view" if node.op in VIEW_OPS else "opaque"
     raw = Node(node.name, kind, node.op, tuple(node.attrs["args"]), {"kwargs": node.attrs["kwargs"]},
                node.shape, node.dtype)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from kernellab.agents.builtin import ReductionMode, SetConfig, build, built
 
-from kernellab.problem import Problem
+from kernellab.problem import Problem, apply_mode
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # CPU tensors run in the Triton interpreter
@@ -49,9 +49,9 @@ def run(load, close, p: Problem, cases: list[tuple[list, list]], dtype: torch.dt
     mod = load(code.source)
     for init, inputs in cases:
         torch.manual_seed(0)
-        ref = mod.Model(*init).to(DEV, dtype).eval()
+        ref = apply_mode(mod.Model(*init).to(DEV, dtype), p.mode)
         torch.manual_seed(0)
-        new = mod.ModelNew(*init).to(DEV, dtype).eval()
+        new = apply_mode(mod.ModelNew(*init).to(DEV, dtype), p.mode)
         xs = [(x.to(dtype) if x.is_floating_point() else x).to(DEV) for x in inputs]
         with torch.no_grad():
             close(new(*xs), ref(*xs), dtype, atol, rtol)
@@ -214,7 +214,7 @@ def test_conv_stays_torch_with_fused_tail(load, close, dtype):
 
     def forward(self, x):
         return torch.nn.functional.hardswish(self.bn(self.conv(x)))"""
-    consts = "c = 3\nSMALL = {'c': 2}\nINIT = ['c']\nINPUTS = lambda: [torch.randn(2, c, 6, 6)]"
+    consts = "MODE = 'eval'\nc = 3\nSMALL = {'c': 2}\nINIT = ['c']\nINPUTS = lambda: [torch.randn(2, c, 6, 6)]"
     p = problem(body, dtype, init="c", consts=consts)
     code = build(p)
     assert any("convolution" in op for op in code.meta["uncaptured"])

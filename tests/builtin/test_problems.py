@@ -56,3 +56,58 @@ def test_changed_seed_on_gpu_with_all_distributions(name):
     trials = result["details"].get("trials", [])
     assert result["status"] == "correct", f"{result['status']}: {result['error_text']} {trials}"
     assert result["library_only"] is False
+
+
+# Training-mode BatchNorm (KernelBench's default mode): the seed normalizes with batch statistics in
+# its own kernel and writes PyTorch's running-statistics update back into the buffers.
+BN_TRAIN = ROOT / "tests" / "sandbox" / "problems" / "bn_train.py"
+BN_VARIANTS = {
+    "bn2d": "",
+    # BatchNorm1d over (N, C) and (N, C, L); momentum 0.3; no affine parameters
+    "bn1d": 'Model = type("Model", (torch.nn.Module,), {\n'
+            '    "__init__": lambda self, channels: (torch.nn.Module.__init__(self), setattr(self, "bn", '
+            'torch.nn.BatchNorm1d(channels, momentum=0.3, affine=False)))[0],\n'
+            '    "forward": lambda self, x: torch.relu(self.bn(x.flatten(2)))})\n',
+}
+
+
+@pytest.mark.parametrize("variant", sorted(BN_VARIANTS))
+def test_training_batchnorm_seed_is_correct_and_updates_running_stats(tmp_path, load, variant):
+    import torch
+
+    from kernellab.problem import instantiate
+
+    f = tmp_path / f"bn_train_{variant}.py"
+    f.write_text(BN_TRAIN.read_text() + BN_VARIANTS[variant])
+    problem = load_problem(f)
+    assert problem.mode == "train"
+    code = build(problem)
+    result = sandbox.evaluate(problem, code.source, small=True, device="cpu", trials=3, timing=False)
+    assert result["status"] == "correct", f"{result['status']}: {result['error_text']}"
+    assert "_native_batch_norm_legit_functional.default" not in code.meta["uncaptured"], code.meta
+    assert result["library_only"] is False
+    # the running statistics after two calls, against the reference's
+    ref = instantiate(problem, small=True, seed=0)
+    cand = instantiate(problem, small=True, seed=0, model_cls=load(code.source).ModelNew)
+    assert cand.model.training
+    with torch.no_grad():
+        for scale in (1.0, 3.0):
+            x = [t * scale + 0.5 for t in ref.inputs]
+            torch.testing.assert_close(cand.model(*x), ref.model(*x), atol=1e-4, rtol=1e-4)
+    want, got = dict(ref.model.named_buffers()), dict(cand.model.named_buffers())
+    assert want["bn.num_batches_tracked"].item() == 2
+    for name in ("bn.running_mean", "bn.running_var", "bn.num_batches_tracked"):
+        torch.testing.assert_close(got[name], want[name], atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_cumulative_average_batchnorm_is_refused_not_miscompiled(tmp_path):
+    """momentum=None: BatchNorm's factor is 1 / num_batches_tracked, read from the buffer's value in
+    Python; tracing cannot keep that data-dependent value, so the builtin names the reason instead of
+    baking the first call's factor into a kernel."""
+    from kernellab.agents.builtin import CaptureError
+
+    f = tmp_path / "bn_cumulative.py"
+    f.write_text(BN_TRAIN.read_text().replace("torch.nn.BatchNorm2d(channels)",
+                                              "torch.nn.BatchNorm2d(channels, momentum=None)"))
+    with pytest.raises(CaptureError, match="data-dependent"):
+        build(load_problem(f))

@@ -39,6 +39,8 @@ BAD = {
     "import_error": ("import not_a_module_xyz\n" + GOOD, "ModuleNotFoundError"),
     "model_not_module": (GOOD.replace("class Model(torch.nn.Module):", "class Model:"), "not a torch.nn.Module"),
     "bad_dtype": ('DTYPE = "float64"\n' + GOOD, "DTYPE"),
+    "bad_mode": ('MODE = "inference"\n' + GOOD, "MODE 'inference' is not one of 'train', 'eval'"),
+    "mode_not_literal": ('MODE = "ev" + "al"\n' + GOOD, "MODE must be a literal string"),
 }
 
 
@@ -71,7 +73,7 @@ def test_good_problem_and_small_sizes(tmp_path: Path) -> None:
     p = load_problem(f)
     assert p.name == "good" and len(p.id) == 16
     assert p.module(small=True).n == 8 and p.module().n == 64
-    assert p.settings() == {"dtype": "float32", "atol": 1e-4, "rtol": 1e-4, "small": {"n": 8}}
+    assert p.settings() == {"dtype": "float32", "atol": 1e-4, "rtol": 1e-4, "small": {"n": 8}, "mode": "train"}
 
 
 def test_dtype_casts_inputs_and_weights(tmp_path: Path) -> None:
@@ -113,3 +115,34 @@ def test_from_module_roundtrip() -> None:
 def test_from_module_rejects_non_module() -> None:
     with pytest.raises(ProblemError, match="not a torch.nn.Module"):
         Problem.from_module(lambda x: x, [torch.randn(2)], name="f")
+
+
+BN = GOOD.replace("def forward", "def __init__(self):\n        super().__init__(); self.bn = torch.nn.BatchNorm1d(n)\n"
+                  "    def forward").replace("return torch.relu(x) * 2", "return self.bn(x)")
+
+
+@pytest.mark.parametrize("declared, training", [("", True), ('MODE = "train"\n', True), ('MODE = "eval"\n', False),
+                                               ('MODE: str = "eval"\n', False)])
+def test_mode_puts_the_built_model_in_train_or_eval(tmp_path: Path, declared: str, training: bool) -> None:
+    from kernellab.problem import instantiate
+
+    f = tmp_path / "bn.py"
+    f.write_text(declared + BN)
+    p = load_problem(f)
+    assert p.mode == p.settings()["mode"] == ("train" if training else "eval")
+    inst = instantiate(p, small=True, seed=0)
+    assert inst.model.training is training and inst.model.bn.training is training
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_from_module_records_the_models_own_mode(training: bool) -> None:
+    from kernellab.problem import instantiate
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16)).train(training)
+    p = Problem.from_module(model, [torch.randn(4, 8)], name="seq_bn")
+    assert p.mode == p.settings()["mode"] == ("train" if training else "eval")
+    inst = instantiate(p, small=False, seed=0)
+    assert inst.model.training is training and inst.model.inner[1].training is training
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(inst.model(x), model(x))

@@ -195,3 +195,29 @@ def test_report_shows_the_reported_best_under_the_campaign_objective(store: Stor
     section = _speedups_html(render(store, cid), name)
     assert "1.60×" in section and f"{sel['speedup_compile']:.2f}×" not in section
     assert "band overlaps the baseline" in section and "band clears the baseline" in section
+
+
+def test_problem_mode_in_report_and_show(tmp_path: Path) -> None:
+    """The mode (train: batch statistics, as KernelBench; eval: inference) changes what was timed:
+    the report and `kernellab show` say which one a problem ran in."""
+    import json
+
+    from kernellab.problem import load_problem
+
+    root = Path(__file__).resolve().parents[2]
+    db = tmp_path / "k.db"
+    with Store(db) as s:
+        cid = s.create_campaign("modes", {}, "cpu", {})
+        cands = {}
+        for rel in ("experiments/problems/fusions/conv_bn_relu.py", "tests/sandbox/problems/bn_train.py"):
+            p = load_problem(root / rel, validate_run=False)
+            cands[p.mode] = s.add_candidate(cid, s.add_problem(p), f"# candidate of {p.name}\n", origin="seed")
+        html = render(s, cid)
+    modes = re.findall(r'data-problem="(\w+)"><h2>\w+</h2><p class="settings" data-mode="(\w+)">', html)
+    assert sorted(modes) == [("bn_train", "train"), ("conv_bn_relu", "eval")]
+    for mode, cand in cands.items():
+        res = CliRunner().invoke(main, ["show", cand, "--db", str(db), "--no-source"])
+        assert res.exit_code == 0, res.output
+        assert f"(mode {mode})" in res.output
+        res = CliRunner().invoke(main, ["show", cand, "--db", str(db), "--json"])
+        assert json.loads(res.output)["problem"]["mode"] == mode

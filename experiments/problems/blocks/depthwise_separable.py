@@ -5,6 +5,9 @@ Eager H200 estimate: ~1.3 ms = memory-bound: dw conv, 1x1 conv, 4 BN/ReLU6 passe
 
 import torch
 
+# inference: BatchNorm normalizes with its (trained-looking) running statistics, not the batch's
+MODE = "eval"
+
 # cuDNN runs fp32 convolutions in TF32 by default (torch.backends.cudnn.allow_tf32), so eager itself is
 # ~1e-3 off the exact result; 5e-3 admits a TF32 kernel as eager uses, while a bf16 one (~8x the error) fails.
 ATOL = 5e-3
