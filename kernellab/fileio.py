@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -19,10 +20,14 @@ def write_atomic(path: str | os.PathLike, data: str | bytes, encoding: str = "ut
             f.write(data.encode(encoding) if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
-        # mkstemp makes the file 0600; a result file gets the mode a plain open() would have given it
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        # mkstemp makes the file 0600: a replaced file keeps its mode, a new one gets what a plain
+        # open() would have given it
+        if out.exists():
+            os.chmod(tmp, stat.S_IMODE(out.stat().st_mode))
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, out)
     except BaseException:
         try:
