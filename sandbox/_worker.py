@@ -17,7 +17,6 @@ import faulthandler
 import gc
 import importlib.util
 import os
-import re
 import shutil
 import socket
 import sys
@@ -181,8 +180,6 @@ def cleanup(directory: Path, home: Path, names: list[str]) -> None:
     shutil.rmtree(directory, ignore_errors=True)
     gc.collect()
 
-
-CUPY_KERNEL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(\w+)")
 
 if __name__ == "__main__":
     main()
