@@ -239,9 +239,10 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
             if ref is None:
                 raise _ProblemFault(f"{problem.label}: Model.forward returned no tensors")
             trials.append({"dist": dist, "inputs": x, "ref": [t_.detach() for t_ in ref]})
-        # a second sample of the problem's own inputs: timing mixes it with trial 0's (see _Fresh)
-        torch.manual_seed(SEED + 500)
-        timing_base = cast_inputs(list(mod.get_inputs()), inst.dtype, dev)
+        timing_base = None
+        if job.get("timing", True):  # a second sample of the problem's inputs: timing mixes it with trial 0's
+            torch.manual_seed(SEED + 500)
+            timing_base = cast_inputs(list(mod.get_inputs()), inst.dtype, dev)
         _sync(dev)
     except _ProblemFault:
         raise
