@@ -222,7 +222,7 @@ class LaunchCounter:
     """Wraps Triton's launch entry points (and CuPy's raw kernels, where CuPy is installed) for the
     lifetime of a worker; counts, and records the launched kernels' names, while :attr:`armed`."""
 
-    def __init__(self, hooks: bool = True) -> None:
+    def __init__(self, hooks: bool = True, cupy: bool = True) -> None:
         self.armed = False
         self.launches = 0
         self.seconds = 0.0
@@ -234,7 +234,7 @@ class LaunchCounter:
         try:
             import importlib.util
 
-            if importlib.util.find_spec("cupy") is not None:
+            if cupy and importlib.util.find_spec("cupy") is not None:
                 record_cupy(self, importlib.import_module("cupy"))
         except Exception:  # pragma: no cover - a broken CuPy install: its launches go unrecorded
             pass
@@ -262,15 +262,20 @@ class LaunchCounter:
                 return orig(self_, *args, grid=grid, warmup=warmup, **kwargs)
             counter._depth += 1
             t0 = clock()
+            kernel = None
             try:
-                return orig(self_, *args, grid=grid, warmup=warmup, **kwargs)
+                kernel = orig(self_, *args, grid=grid, warmup=warmup, **kwargs)
+                return kernel
             finally:
                 counter._depth -= 1
                 if counter._depth == 0:
                     counter.seconds += clock() - t0
                 counter.launches += 1
-                # the name Triton gives the compiled kernel, which is the name the profiler shows
-                counter.names.add(getattr(getattr(self_, "fn", None), "__name__", "?"))
+                # the compiled kernel's name is the one the profiler shows (the jit function's name
+                # unless a `repr=` renamed it); the interpreter compiles nothing: the function's name
+                name = getattr(kernel, "name", None)
+                counter.names.add(name if isinstance(name, str) and name else
+                                  getattr(getattr(self_, "fn", None), "__name__", "?"))
 
         cls.run = run
 

@@ -64,7 +64,7 @@ class Worker:
             apply_numpy_shim()
         from ._guard import LaunchCounter
 
-        self.counter = LaunchCounter()
+        self.counter = LaunchCounter(cupy=self.device_kind == "cuda")  # CuPy runs on a GPU only
         from kernellab.env import device_name, versions
 
         self.info = {"pid": os.getpid(), "home": str(self.home), "device": device_name(str(self.device)),

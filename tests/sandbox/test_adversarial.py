@@ -141,6 +141,15 @@ def test_comment_hack_leaves_cublas_and_elementwise_kernels_library(results):
     assert r["details"]["own_kernels"] == [] and r["details"]["kernel_win_eligible"] is False
 
 
+@pytest.mark.gpu
+def test_a_launched_cupy_kernel_is_own(results):
+    r = results["futures"]["gpu_cupy_correct"].result(timeout=600)
+    assert r["status"] == "correct", r["error_text"]
+    assert r["details"]["own_kernels"] == ["relu2_cupy"], r["details"]["own_kernels"]
+    assert r["library_only"] is False and r["own_kernel_share"] > 0.5, r["details"]["kernels"]
+    assert r["details"]["kernel_win_eligible"] is True
+
+
 def test_mismatch_reports_first_bad_indices(results):
     r = results["futures"]["first_row_only"].result(timeout=600)
     assert r["details"]["first_bad"][0][0] == 1  # row 0 is right, row 1 is the first wrong one
