@@ -46,6 +46,10 @@ LEFTOVER_MS, LEFTOVER_SHARE = 0.1, 0.5
 # Timing writes fresh inputs before every repetition, and moves them to the other of two tensor
 # sets every this many repetitions (new addresses as well as new values).
 FRESH_EVERY = 4
+# The mix of the last timed repetition (its reference is computed with the trials'): a band of its own
+# between the two bands of the other repetitions (see _Fresh), so no earlier output is close to its own.
+FINAL_MIX = 0.5
+MIX_BANDS = ((0.1, 0.35), (0.65, 0.9))
 # A kernel win needs at least this share of the GPU time in the candidate's own kernels.
 KERNEL_WIN_SHARE = 0.5
 _RESTART = {"timeout", "crash", "rejected"}
@@ -239,17 +243,23 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
             if ref is None:
                 raise _ProblemFault(f"{problem.label}: Model.forward returned no tensors")
             trials.append({"dist": dist, "inputs": x, "ref": [t_.detach() for t_ in ref]})
-        timing_base = None
-        if job.get("timing", True):  # a second sample of the problem's inputs: timing mixes it with trial 0's
+        timing = None
+        if job.get("timing", True):
+            # a second sample of the problem's inputs, which timing mixes with trial 0's (see _Fresh),
+            # and the reference output for the last timed repetition's mix
             torch.manual_seed(SEED + 500)
-            timing_base = cast_inputs(list(mod.get_inputs()), inst.dtype, dev)
+            base = cast_inputs(list(mod.get_inputs()), inst.dtype, dev)
+            final = _Fresh.mix(trials[0]["inputs"], base, FINAL_MIX)
+            with torch.no_grad():
+                final_ref = output_tensors(inst.model(*clone_all(final)))
+            timing = {"base": base, "final_ref": [t_.detach() for t_ in final_ref or []]}
         _sync(dev)
     except _ProblemFault:
         raise
     except Exception as exc:
         raise _ProblemFault(f"{problem.label}: the reference failed in the worker: {type(exc).__name__}: {exc}") from exc
     state.update(ref_mod=mod, ref_model=inst.model, init=inst.init_inputs, dtype=inst.dtype,
-                 atol=settings["atol"], rtol=settings["rtol"], trials=trials, timing_base=timing_base)
+                 atol=settings["atol"], rtol=settings["rtol"], trials=trials, timing=timing)
     d["tolerance"] = {"atol": settings["atol"], "rtol": settings["rtol"], "dtype": settings["dtype"]}
     d["small"] = bool(small)
 
@@ -396,10 +406,11 @@ class _Fresh:
     (trial 0's and a second one), with a new random ``c``: a mix keeps whatever a problem's inputs
     share that is convex (signs, ranges, triangular or symmetric matrices, probability rows), yet no
     two repetitions see the same values, so nothing keyed on the inputs (address, version, values)
-    can hand back an earlier result. ``c`` alternates between two bands that exclude 0 and 1, so an
-    output left over from the previous repetition, or from the unmixed inputs of the trials, is far
-    from the right one. Every FRESH_EVERY repetitions the values go to the other of two tensor sets.
-    Non-float inputs (indices, masks) alternate between the two samples."""
+    can hand back an earlier result. ``c`` alternates between the two MIX_BANDS, and the last
+    repetition gets FINAL_MIX, between them: an output left over from any earlier repetition, or from
+    the unmixed inputs of the trials, is far from the last one's, whose reference was computed before
+    the candidate was loaded. Every FRESH_EVERY repetitions the values go to the other of two tensor
+    sets. Non-float inputs (indices, masks) alternate between the two samples."""
 
     def __init__(self, a: list, b: list, seed: int) -> None:
         self.a, self.b = a, b
@@ -407,18 +418,28 @@ class _Fresh:
         self.current = self.sets[0]
         self.rng = random.Random(seed)
         self.n = 0
+        self.last = False
 
-    def __call__(self) -> None:
-        self.current = self.sets[(self.n // FRESH_EVERY) % 2]
-        c = self.rng.uniform(0.15, 0.4) if self.n % 2 == 0 else self.rng.uniform(0.6, 0.85)
-        self.n += 1
-        for a, b, x in zip(self.a, self.b, self.current, strict=False):
+    @staticmethod
+    def mix(a: list, b: list, c: float, out: list | None = None, n: int = 0) -> list:
+        out = clone_all(a) if out is None else out
+        for a_, b_, x in zip(a, b, out, strict=False):
             if not isinstance(x, torch.Tensor):
                 continue
-            if (x.is_floating_point() or x.is_complex()) and a.shape == b.shape == x.shape:
-                torch.lerp(a, b, c, out=x)
+            if (x.is_floating_point() or x.is_complex()) and a_.shape == b_.shape == x.shape:
+                torch.lerp(a_, b_, c, out=x)
             else:
-                x.copy_(b if self.n % 2 and b.shape == x.shape else a)
+                x.copy_(b_ if n % 2 and b_.shape == x.shape else a_)
+        return out
+
+    def __call__(self, last: bool = False, same_tensors: bool = False) -> None:
+        if not same_tensors:
+            self.current = self.sets[(self.n // FRESH_EVERY) % 2]
+        c = FINAL_MIX if last else self.rng.uniform(*MIX_BANDS[self.n % 2])
+        self.n += 1
+        self.last = last
+        # the last mix's non-float inputs are those _reference gave its reference: the first sample's
+        self.mix(self.a, self.b, c, self.current, 0 if last else self.n)
 
 
 def _timing(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict) -> None:
@@ -427,7 +448,7 @@ def _timing(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict) -> Non
     ``stop_above_ms`` (early stop on the first repetitions' median) go to the timing functions."""
     x = state["trials"][0]["inputs"]
     # the same sequence of values for both: the eager reference gets the very inputs the candidate gets
-    fc, fr = _Fresh(x, state["timing_base"], SEED + 7), _Fresh(x, state["timing_base"], SEED + 7)
+    fc, fr = _Fresh(x, state["timing"]["base"], SEED + 7), _Fresh(x, state["timing"]["base"], SEED + 7)
     ref_model = state["ref_model"]
     watch = state["watch"]
     target_ms, stop_above = job.get("timing_target_ms"), job.get("stop_above_ms")
@@ -464,6 +485,10 @@ def _timing(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict) -> Non
             t = time_cpu({"candidate": cand, "eager": lambda: ref_model(*fr.current)}, target_ms,
                          stop_above_ms=stop_above, stop_on="candidate", prepare=prepare)
             d["compile"] = "torch.compile is not measured on the CPU interpreter"
+    if not fc.last:  # stopped early: one more call, untimed, on the last mix in the tensors timed last
+        with torch.no_grad():
+            fc(last=True, same_tensors=True)
+            cand()
     _integrity(state, "timing")
     _check_last(w, state, model, fc.current, last.get("out"), d)
     c, e = t["candidate"], t["eager"]
@@ -495,14 +520,11 @@ def _new_addresses(xs: list) -> list:
 
 
 def _check_last(w: Any, state: dict, model: Any, xin: list, out: Any, d: dict) -> None:
-    """The last timed output must be right for the last timed inputs (the reference runs on a copy,
-    outside the timing). When it is not, the candidate runs once more on those values in new tensors:
-    right there means the timed call handed back an earlier result."""
+    """The last timed output must be right for the last timed inputs (FINAL_MIX, whose reference was
+    computed before the candidate was loaded). When it is not, the candidate runs once more on those
+    values in new tensors: right there means the timed call handed back an earlier result."""
     _sync(w.device)
-    xin = clone_all(xin)
-    with torch.no_grad():
-        ref = output_tensors(state["ref_model"](*clone_all(xin)))
-    _sync(w.device)
+    ref = state["timing"]["final_ref"]
     atol, rtol = state["atol"], state["rtol"]
 
     def wrong(o: Any) -> str | None:

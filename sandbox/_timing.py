@@ -3,7 +3,7 @@
 The candidate and the eager reference are timed interleaved (A B B A ...) in the same process, so
 clock and thermal drift hit both alike. Each callable may come with a ``prepare`` step, run before
 each of its timed repetitions outside the timed region (the caller writes fresh values into the
-inputs there, so no repetition can be served from a cache). Timing primitives are bound at import, before any candidate
+inputs there, so no repetition can be served from a cache), told whether it is the last one. Timing primitives are bound at import, before any candidate
 is loaded, so a candidate that patches ``torch.cuda.Event`` cannot change what we measure (it is
 also rejected: see ``_guard.StateSnapshot``).
 """
@@ -88,8 +88,9 @@ def time_gpu(fns: dict[str, Callable[[], Any]], flush: L2Flush, target_ms: float
              stop_above_ms: float | None = None, stop_on: str | None = None,
              prepare: dict[str, Callable[[], Any]] | None = None) -> dict[str, dict]:
     """Median/p20/p80 in ms of each callable, interleaved, L2 flushed before every repetition.
-    ``prepare[name]`` (optional) runs before the warm-up and before every timed repetition of that
-    callable, next to the flush and outside the events.
+    ``prepare[name](last)`` (optional) runs before the warm-up and before every timed repetition of
+    that callable, next to the flush and outside the events; ``last`` is True before the last planned
+    repetition (never reached when stopped early).
 
     ``target_ms``: see :func:`rep_bounds` (None: the full timing). ``stop_above_ms``: after the first
     EARLY_REPS_GPU repetitions, when the median of ``stop_on`` (default: the first callable) is above
@@ -125,7 +126,7 @@ def time_gpu(fns: dict[str, Callable[[], Any]], flush: L2Flush, target_ms: float
         order = names if i % 2 == 0 else names[::-1]
         for n in order:
             if n in prep:
-                prep[n]()
+                prep[n](i == reps - 1)
             flush()
             s, e = events[n][i]
             s.record()
@@ -186,7 +187,7 @@ def time_cpu(fns: dict[str, Callable[[], Any]], target_ms: float | None = None, 
             break
         for n in (names if i % 2 == 0 else names[::-1]):
             if n in prep:
-                prep[n]()
+                prep[n](i == reps - 1)
             t0 = _perf()
             fns[n]()
             times[n].append((_perf() - t0) * 1e3)

@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 from kernellab.sandbox._guard import ForwardWatch, LaunchCounter, record_cupy
-from kernellab.sandbox._job import FRESH_EVERY, _Fresh, _is_own, _kernel_key, _new_addresses
+from kernellab.sandbox._job import FINAL_MIX, FRESH_EVERY, _Fresh, _is_own, _kernel_key, _new_addresses
 from kernellab.sandbox._timing import time_cpu
 
 TORCH_ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
@@ -127,6 +127,17 @@ def test_forward_watch_counts_calls_through_aliases_taken_before_it():
 
 # -- fresh timing inputs ------------------------------------------------------------------------
 
+def test_the_last_repetition_gets_the_final_mix_its_reference_was_computed_for():
+    a, b = [torch.zeros(3), torch.arange(3)], [torch.ones(3), torch.arange(3) + 5]
+    fresh = _Fresh(a, b, seed=2)
+    for _ in range(5):
+        fresh()
+        assert not torch.allclose(fresh.current[0], torch.full((3,), FINAL_MIX), atol=0.1)
+    fresh(last=True)
+    assert torch.equal(fresh.current[0], torch.full((3,), FINAL_MIX)) and torch.equal(fresh.current[1], a[1])
+    assert all(torch.equal(x, y) for x, y in zip(fresh.current, _Fresh.mix(a, b, FINAL_MIX), strict=True))
+
+
 def test_fresh_inputs_differ_every_repetition_and_move_to_new_tensors():
     g = torch.Generator().manual_seed(0)
     a = [torch.rand(6, 5, generator=g), torch.arange(4), 3]
@@ -151,11 +162,11 @@ def test_fresh_inputs_differ_every_repetition_and_move_to_new_tensors():
 def test_time_cpu_prepares_before_every_call_of_its_callable():
     log: list[str] = []
     fns = {"a": lambda: log.append("a"), "b": lambda: log.append("b")}
-    out = time_cpu(fns, prepare={"a": lambda: log.append("prep-a")})
+    out = time_cpu(fns, prepare={"a": lambda last=False: log.append("last-a" if last else "prep-a")})
     calls_a = [i for i, e in enumerate(log) if e == "a"]
     assert len(calls_a) == out["a"]["reps"] + 1  # the estimate's call and the timed ones
-    assert all(log[i - 1] == "prep-a" for i in calls_a)
-    assert log.count("prep-a") == len(calls_a) and "prep-b" not in log
+    assert [log[i - 1] for i in calls_a] == ["prep-a"] * (len(calls_a) - 1) + ["last-a"]
+    assert not any(e.endswith("-b") for e in log)
 
 
 def test_new_addresses_are_copies_no_allocation_starts_at():
@@ -165,3 +176,13 @@ def test_new_addresses_are_copies_no_allocation_starts_at():
         assert ys[-1] == 3
         for x, y in zip(xs[:-1], ys[:-1], strict=True):
             assert torch.equal(x, y) and y.stride() == x.stride() and y.data_ptr() % 64 == 16
+
+
+def test_an_early_stopped_timing_still_checks_its_last_output(sandbox_executor, problem):
+    from pathlib import Path
+
+    from kernellab.sandbox import EvalJob
+
+    src = (Path(__file__).parent / "adversarial" / "caches_trusting_repeats.py").read_text()
+    r = sandbox_executor.submit(EvalJob(problem("tiny_relu"), src, trials=3, stop_above_ms=1e-6)).result(timeout=600)
+    assert (r["status"], r["error_class"]) == ("rejected", "integrity:cached_result"), r["error_text"]
