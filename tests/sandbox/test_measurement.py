@@ -5,9 +5,11 @@ candidates in ``adversarial/``)."""
 from __future__ import annotations
 
 import types
+from pathlib import Path
 
 import pytest
 import torch
+from kernellab.sandbox import EvalJob
 from kernellab.sandbox._guard import ForwardWatch, LaunchCounter, record_cupy
 from kernellab.sandbox._job import FINAL_MIX, FRESH_EVERY, _Fresh, _is_own, _kernel_key, _new_addresses
 from kernellab.sandbox._timing import time_cpu
@@ -179,10 +181,6 @@ def test_new_addresses_are_copies_no_allocation_starts_at():
 
 
 def test_an_early_stopped_timing_still_checks_its_last_output(sandbox_executor, problem):
-    from pathlib import Path
-
-    from kernellab.sandbox import EvalJob
-
     src = (Path(__file__).parent / "adversarial" / "caches_trusting_repeats.py").read_text()
     r = sandbox_executor.submit(EvalJob(problem("tiny_relu"), src, trials=3, stop_above_ms=1e-6)).result(timeout=600)
     assert (r["status"], r["error_class"]) == ("rejected", "integrity:cached_result"), r["error_text"]
