@@ -6,10 +6,12 @@
 - :class:`ForwardWatch`: detects calls of the reference ``Model.forward`` -- the problem's and the
   candidate's own copy of ``class Model`` (generated candidates subclass it). On Python >= 3.12 it
   watches the code objects with ``sys.monitoring`` (it sees every call, however the function was
-  reached); before 3.12 it wraps the class attributes.
+  reached); before 3.12 it swaps the code of the forward *function objects* for a counting
+  trampoline, so an alias taken at import (``_REF = Model.forward``) is watched as well.
 - :class:`LaunchCounter`: counts and times the candidate's own Triton launches (``JITFunction.run``
-  and, in the interpreter, ``InterpretedFunction.run``), which gives ``own_kernel_share`` on the CPU
-  and the names of own kernels for the GPU profiler.
+  and, in the interpreter, ``InterpretedFunction.run``), which gives ``own_kernel_share`` on the CPU,
+  and records the names of the kernels the candidate launched (Triton, and CuPy's ``RawKernel`` /
+  ``RawModule.get_function`` kernels): the GPU profiler counts exactly those as its own.
 """
 
 from __future__ import annotations
@@ -124,6 +126,20 @@ def _reference_classes(*mods: types.ModuleType | None, extra: tuple[type, ...] =
     return list(dict.fromkeys(out))
 
 
+def _trampoline_code(freevars: tuple[str, ...]) -> types.CodeType:
+    """Code for a watched forward: it hands its arguments to the hook found in its keyword-only
+    default. It closes over the same names as the original (a forward that calls ``super()`` closes
+    over ``__class__``), since a function's code can only be swapped for one with as many."""
+    lines = ["def _factory():", *(f"    {n} = None" for n in freevars),
+             "    def forward(*args, __kernellab_hook__, **kwargs):"]
+    if freevars:
+        lines.append("        (" + ", ".join(freevars) + ",)")
+    lines += ["        return __kernellab_hook__(args, kwargs)", "    return forward"]
+    ns: dict[str, Any] = {}
+    exec(compile("\n".join(lines), "<kernellab-forward-watch>", "exec"), ns)
+    return ns["_factory"]().__code__
+
+
 class ForwardWatch:
     """Counts calls of reference ``forward`` functions while :attr:`armed`."""
 
@@ -133,6 +149,7 @@ class ForwardWatch:
         self.armed = False
         self.calls = 0
         self._restore: list[tuple[type, Any]] = []
+        self._swapped: list[tuple[types.FunctionType, types.CodeType, Any]] = []
         self._codes: list[types.CodeType] = []
         funcs = [c.__dict__["forward"] for c in classes if "forward" in c.__dict__]
         mon = getattr(sys, "monitoring", None)
@@ -149,9 +166,15 @@ class ForwardWatch:
                     self._codes.append(code)
                     mon.set_local_events(self.TOOL, code, mon.events.PY_START)
             return
-        for cls in classes:  # Python < 3.12: wrap the class attributes
+        # Python < 3.12: replacing the class attribute would miss an alias the candidate took at
+        # import (``_REF = Model.forward``), which is the same function object: swap its code instead.
+        for cls in classes:
             orig = cls.__dict__.get("forward")
             if orig is None:
+                continue
+            if isinstance(orig, types.FunctionType):
+                if not any(f is orig for f, _, _ in self._swapped):
+                    self._swap(orig)
                 continue
             def wrapped(self_: Any, *a: Any, __orig: Any = orig, __watch: Any = self, **kw: Any) -> Any:
                 if __watch.armed:
@@ -160,6 +183,21 @@ class ForwardWatch:
 
             self._restore.append((cls, orig))
             cls.forward = wrapped
+
+    def _swap(self, f: types.FunctionType) -> None:
+        code, kwdefaults = f.__code__, f.__kwdefaults__
+        orig = types.FunctionType(code, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+        orig.__kwdefaults__ = kwdefaults
+        watch = self
+
+        def hook(args: tuple, kwargs: dict) -> Any:
+            if watch.armed:
+                watch.calls += 1
+            return orig(*args, **kwargs)
+
+        f.__code__ = _trampoline_code(code.co_freevars)
+        f.__kwdefaults__ = {"__kernellab_hook__": hook}
+        self._swapped.append((f, code, kwdefaults))
 
     def _on_start(self, code: types.CodeType, offset: int) -> Any:
         if self.armed:
@@ -175,18 +213,31 @@ class ForwardWatch:
             mon.free_tool_id(self.TOOL)
         for cls, orig in self._restore:
             cls.forward = orig
+        for f, code, kwdefaults in self._swapped:
+            f.__code__ = code
+            f.__kwdefaults__ = kwdefaults
 
 
 class LaunchCounter:
-    """Wraps Triton's launch entry points for the lifetime of a worker; counts while :attr:`armed`."""
+    """Wraps Triton's launch entry points (and CuPy's raw kernels, where CuPy is installed) for the
+    lifetime of a worker; counts, and records the launched kernels' names, while :attr:`armed`."""
 
-    def __init__(self) -> None:
+    def __init__(self, hooks: bool = True, cupy: bool = True) -> None:
         self.armed = False
         self.launches = 0
         self.seconds = 0.0
         self.names: set[str] = set()
         self._depth = 0
         self._lock = threading.Lock()
+        if not hooks:  # a bare counter, for tests of the recording itself
+            return
+        try:
+            import importlib.util
+
+            if cupy and importlib.util.find_spec("cupy") is not None:
+                record_cupy(self, importlib.import_module("cupy"))
+        except Exception:  # pragma: no cover - a broken CuPy install: its launches go unrecorded
+            pass
         try:
             from triton.runtime.jit import JITFunction
         except Exception:  # pragma: no cover - no triton
@@ -211,17 +262,65 @@ class LaunchCounter:
                 return orig(self_, *args, grid=grid, warmup=warmup, **kwargs)
             counter._depth += 1
             t0 = clock()
+            kernel = None
             try:
-                return orig(self_, *args, grid=grid, warmup=warmup, **kwargs)
+                kernel = orig(self_, *args, grid=grid, warmup=warmup, **kwargs)
+                return kernel
             finally:
                 counter._depth -= 1
                 if counter._depth == 0:
                     counter.seconds += clock() - t0
                 counter.launches += 1
-                counter.names.add(getattr(getattr(self_, "fn", None), "__name__", "?"))
+                # the compiled kernel's name is the one the profiler shows (the jit function's name
+                # unless a `repr=` renamed it); the interpreter compiles nothing: the function's name
+                name = getattr(kernel, "name", None)
+                counter.names.add(name if isinstance(name, str) and name else
+                                  getattr(getattr(self_, "fn", None), "__name__", "?"))
 
         cls.run = run
+
+    def record(self, name: Any) -> None:
+        if self.armed and isinstance(name, str) and name:
+            self.names.add(name)
 
     def reset(self) -> None:
         self.launches = 0
         self.seconds = 0.0
+        self.names = set()
+
+
+class _RecordedKernel:
+    """A CuPy kernel from ``RawModule.get_function`` that records its name when launched."""
+
+    def __init__(self, kernel: Any, name: str, counter: LaunchCounter) -> None:
+        self._kernel, self._name, self._counter = kernel, name, counter
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._counter.record(self._name)
+        return self._kernel(*args, **kwargs)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._kernel, attr)
+
+
+def record_cupy(counter: LaunchCounter, cupy: Any) -> None:
+    """Make ``cupy.RawKernel`` and ``cupy.RawModule`` record the names of the kernels they launch.
+
+    Done before any candidate is loaded, so ``import cupy`` / ``from cupy import RawKernel`` in a
+    candidate finds the recording classes. A candidate that reaches CuPy's inner classes instead
+    escapes the record, which only makes its kernels count as library ones, never the reverse."""
+    raw_kernel, raw_module = cupy.RawKernel, cupy.RawModule
+
+    class RawKernel(raw_kernel):
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            counter.record(self.name)
+            return super().__call__(*args, **kwargs)
+
+    class RawModule(raw_module):
+        def get_function(self, name: str) -> Any:
+            return _RecordedKernel(super().get_function(name), name, counter)
+
+    for new, old in ((RawKernel, raw_kernel), (RawModule, raw_module)):
+        new.__name__, new.__qualname__, new.__module__, new.__doc__ = (old.__name__, old.__qualname__,
+                                                                        old.__module__, old.__doc__)
+    cupy.RawKernel, cupy.RawModule = RawKernel, RawModule

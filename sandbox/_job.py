@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import tempfile
 import time
 import warnings
@@ -43,6 +44,15 @@ POISON32 = 0x7FBADBAD
 POISON16 = 0x7FBA
 # side-stream work: leftover device time after the end event beyond this (ms, or share of the event time)
 LEFTOVER_MS, LEFTOVER_SHARE = 0.1, 0.5
+# Timing writes fresh inputs before every repetition, and moves them to the other of two tensor
+# sets every this many repetitions (new addresses as well as new values).
+FRESH_EVERY = 4
+# The mix of the last timed repetition (its reference is computed with the trials'): a band of its own
+# between the two bands of the other repetitions (see _Fresh), so no earlier output is close to its own.
+FINAL_MIX = 0.5
+MIX_BANDS = ((0.1, 0.35), (0.65, 0.9))
+# A kernel win needs at least this share of the GPU time in the candidate's own kernels.
+KERNEL_WIN_SHARE = 0.5
 _RESTART = {"timeout", "crash", "rejected"}
 
 
@@ -131,7 +141,7 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
         state["snapshot"] = StateSnapshot()
         name = f"kernellab_candidate_{job['job_id']}"
         names.append(name)
-        from ._worker import CUPY_KERNEL, load_module
+        from ._worker import load_module
 
         mod = load_module(job["source"], jobdir, name)
         _apply_config(mod, job.get("config"))
@@ -141,7 +151,6 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
         torch.manual_seed(SEED)
         model = apply_mode(cls(*state["init"]).to(device=w.device, dtype=state["dtype"]), state["mode"])
         state["watch"] = ForwardWatch(_reference_classes(state["ref_mod"], mod, extra=(cls,)))
-        state["own_names"] = set(CUPY_KERNEL.findall(job["source"]))
         phase = "compile"
         w.phase("compile")
         _trials(w, job, state, model, d, r, first_phase_done=lambda: w.phase("check"))
@@ -239,13 +248,23 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
             if ref is None:
                 raise _ProblemFault(f"{problem.label}: Model.forward returned no tensors")
             trials.append({"dist": dist, "inputs": x, "ref": [t_.detach() for t_ in ref]})
+        timing = None
+        if job.get("timing", True):
+            # a second sample of the problem's inputs, which timing mixes with trial 0's (see _Fresh),
+            # and the reference output for the last timed repetition's mix
+            torch.manual_seed(SEED + 500)
+            base = cast_inputs(list(mod.get_inputs()), inst.dtype, dev)
+            final = _Fresh.mix(trials[0]["inputs"], base, FINAL_MIX)
+            with torch.no_grad():
+                final_ref = output_tensors(inst.model(*clone_all(final)))
+            timing = {"base": base, "final_ref": [t_.detach() for t_ in final_ref or []]}
         _sync(dev)
     except _ProblemFault:
         raise
     except Exception as exc:
         raise _ProblemFault(f"{problem.label}: the reference failed in the worker: {type(exc).__name__}: {exc}") from exc
     state.update(ref_mod=mod, ref_model=inst.model, init=inst.init_inputs, dtype=inst.dtype,
-                 atol=settings["atol"], rtol=settings["rtol"], trials=trials, mode=settings["mode"])
+                 atol=settings["atol"], rtol=settings["rtol"], trials=trials, mode=settings["mode"], timing=timing)
     d["tolerance"] = {"atol": settings["atol"], "rtol": settings["rtol"], "dtype": settings["dtype"]}
     d["mode"] = settings["mode"]
     d["small"] = bool(small)
@@ -392,7 +411,6 @@ def _trials(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict, first_
     state["forward_s"] = forward_s
     state["launches"] = w.counter.launches
     state["launch_s"] = w.counter.seconds
-    state["own_names"] |= set(w.counter.names)
 
 
 def _anchor(state: dict, tr: dict, k: int, ref: torch.Tensor, out: torch.Tensor, atol: float) -> dict | None:
@@ -419,7 +437,7 @@ def _anchor(state: dict, tr: dict, k: int, ref: torch.Tensor, out: torch.Tensor,
 
 def _follow(w: Any, state: dict, model: Any, d: dict) -> None:
     """Outputs must follow new inputs written into the *same* tensors (a cache keyed by the tensor's
-    identity or address would return the old result); run after timing, which repeats one input."""
+    identity or address would return the old result)."""
     trials = state["trials"]
     if len(trials) < 2:
         return
@@ -446,22 +464,70 @@ def _follow(w: Any, state: dict, model: Any, d: dict) -> None:
     d["follow_check"] = "passed"
 
 
+class _Fresh:
+    """The inputs of one timed callable, rewritten before each repetition (outside the timed region).
+
+    Each repetition gets a convex mix ``a + c (b - a)`` of two samples of the problem's own inputs
+    (trial 0's and a second one), with a new random ``c``: a mix keeps whatever a problem's inputs
+    share that is convex (signs, ranges, triangular or symmetric matrices, probability rows), yet no
+    two repetitions see the same values, so nothing keyed on the inputs (address, version, values)
+    can hand back an earlier result. ``c`` alternates between the two MIX_BANDS, and the last
+    repetition gets FINAL_MIX, between them: an output left over from any earlier repetition, or from
+    the unmixed inputs of the trials, is far from the last one's, whose reference was computed before
+    the candidate was loaded. Every FRESH_EVERY repetitions the values go to the other of two tensor
+    sets. Non-float inputs (indices, masks) alternate between the two samples."""
+
+    def __init__(self, a: list, b: list, seed: int) -> None:
+        self.a, self.b = a, b
+        self.sets = [clone_all(a), clone_all(a)]
+        self.current = self.sets[0]
+        self.rng = random.Random(seed)
+        self.n = 0
+        self.last = False
+
+    @staticmethod
+    def mix(a: list, b: list, c: float, out: list | None = None, n: int = 0) -> list:
+        out = clone_all(a) if out is None else out
+        for a_, b_, x in zip(a, b, out, strict=False):
+            if not isinstance(x, torch.Tensor):
+                continue
+            if (x.is_floating_point() or x.is_complex()) and a_.shape == b_.shape == x.shape:
+                torch.lerp(a_, b_, c, out=x)
+            else:
+                x.copy_(b_ if n % 2 and b_.shape == x.shape else a_)
+        return out
+
+    def __call__(self, last: bool = False, same_tensors: bool = False) -> None:
+        if not same_tensors:
+            self.current = self.sets[(self.n // FRESH_EVERY) % 2]
+        c = FINAL_MIX if last else self.rng.uniform(*MIX_BANDS[self.n % 2])
+        self.n += 1
+        self.last = last
+        # the last mix's non-float inputs are those _reference gave its reference: the first sample's
+        self.mix(self.a, self.b, c, self.current, 0 if last else self.n)
+
+
 def _timing(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict) -> None:
-    """Time the candidate against eager; ``job``'s ``timing_target_ms`` (a cheaper timing) and
+    """Time the candidate against eager, on fresh inputs before each repetition (see _Fresh), then
+    check the last timed output; ``job``'s ``timing_target_ms`` (a cheaper timing) and
     ``stop_above_ms`` (early stop on the first repetitions' median) go to the timing functions."""
     x = state["trials"][0]["inputs"]
-    xc, xr = clone_all(x), clone_all(x)
+    # the same sequence of values for both: the eager reference gets the very inputs the candidate gets
+    fc, fr = _Fresh(x, state["timing"]["base"], SEED + 7), _Fresh(x, state["timing"]["base"], SEED + 7)
     ref_model = state["ref_model"]
     watch = state["watch"]
     target_ms, stop_above = job.get("timing_target_ms"), job.get("stop_above_ms")
+    last: dict[str, Any] = {}
 
     def cand() -> Any:
         watch.armed = True
         try:
-            return model(*xc)
+            last["out"] = model(*fc.current)
+            return last["out"]
         finally:
             watch.armed = False
 
+    prepare = {"candidate": fc, "eager": fr}
     with torch.no_grad():
         if w.device_kind == "cuda":
             w.lock()
@@ -474,24 +540,30 @@ def _timing(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict) -> Non
                 raise Rejected("side_stream_escape",
                                f"{left['leftover_ms']:.3f} ms of device work was still running after the timed "
                                f"region ended ({left['event_ms']:.3f} ms by events): work escapes on a side stream")
-            fns = {"candidate": cand, "eager": lambda: ref_model(*xr)}
+            fns = {"candidate": cand, "eager": lambda: ref_model(*fr.current)}
             if state.get("compiled") is not None:  # a re-timing: torch.compile in the same interleaving
-                compiled, xk = state["compiled"], clone_all(x)
-                fns["compile"] = lambda: compiled(*xk)
-            t = time_gpu(fns, w.flush, target_ms, stop_above_ms=stop_above, stop_on="candidate")
+                compiled, fk = state["compiled"], _Fresh(x, state["timing"]["base"], SEED + 7)
+                fns["compile"], prepare["compile"] = (lambda: compiled(*fk.current)), fk
+            t = time_gpu(fns, w.flush, target_ms, stop_above_ms=stop_above, stop_on="candidate", prepare=prepare)
             d["timing_window"] = (t_start, time.time())  # wall clock, to show one timing per GPU at a time
             w.unlock()
             state["locked"] = False
         else:
             w.phase("timing")
-            t = time_cpu({"candidate": cand, "eager": lambda: ref_model(*xr)}, target_ms,
-                         stop_above_ms=stop_above, stop_on="candidate")
+            t = time_cpu({"candidate": cand, "eager": lambda: ref_model(*fr.current)}, target_ms,
+                         stop_above_ms=stop_above, stop_on="candidate", prepare=prepare)
             d["compile"] = "torch.compile is not measured on the CPU interpreter"
+    if not fc.last:  # stopped early: one more call, untimed, on the last mix in the tensors timed last
+        with torch.no_grad():
+            fc(last=True, same_tensors=True)
+            cand()
     _integrity(state, "timing")
+    _check_last(w, state, model, fc.current, last.get("out"), d)
     c, e = t["candidate"], t["eager"]
     r.update(median_ms=c["median_ms"], p20_ms=c["p20_ms"], p80_ms=c["p80_ms"], eager_ms=e["median_ms"])
     d["timing"] = {"candidate": c, "eager": e, "method": "cuda events, L2 flushed, interleaved"
                    if w.device_kind == "cuda" else "wall clock, Triton interpreter",
+                   "fresh_inputs": f"mixed anew before each repetition, new tensors every {FRESH_EVERY}",
                    "target_ms": target_ms, "stop_above_ms": stop_above}
     if "compile" in t:
         r["compile_ms"] = t["compile"]["median_ms"]
@@ -500,15 +572,67 @@ def _timing(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict) -> Non
     d["early_stopped"] = bool(c["early_stopped"])
 
 
+def _new_addresses(xs: list) -> list:
+    """Copies at addresses no allocation ever starts at (16 bytes past a 64-byte boundary, still
+    aligned for vector loads), so no cache keyed on addresses can know them."""
+    out = []
+    for x in xs:
+        if not isinstance(x, torch.Tensor) or x.numel() == 0 or 16 % x.element_size():
+            out.append(x.clone() if isinstance(x, torch.Tensor) else x)
+            continue
+        pad = 16 // x.element_size()
+        span = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride(), strict=True))
+        buf = torch.empty(span + 64 // x.element_size(), dtype=x.dtype, device=x.device)
+        shift = (-(buf.data_ptr() // x.element_size()) + pad) % (64 // x.element_size())
+        y = buf.as_strided(x.shape, x.stride(), shift)
+        y.copy_(x)
+        out.append(y)
+    return out
+
+
+def _check_last(w: Any, state: dict, model: Any, xin: list, out: Any, d: dict) -> None:
+    """The last timed output must be right for the last timed inputs (FINAL_MIX, whose reference was
+    computed before the candidate was loaded). When it is not, the candidate runs once more on those
+    values in new tensors: right there means the timed call handed back an earlier result."""
+    _sync(w.device)
+    ref = state["timing"]["final_ref"]
+    atol, rtol = state["atol"], state["rtol"]
+
+    def wrong(o: Any) -> str | None:
+        bad = check_structure(ref, o)
+        if bad:
+            return bad[1]
+        for k, (rf, ot) in enumerate(zip(ref, output_tensors(o), strict=False)):
+            c = compare(rf, ot, atol, rtol)
+            if not c["ok"]:
+                return f"output {k}: {c['message']}"
+        return None
+
+    msg = wrong(out)
+    if msg is None:
+        d["last_timed_output"] = "checked"
+        return
+    again = wrong(_call(state, model, _new_addresses(xin)))
+    _sync(w.device)
+    _integrity(state, "after timing")
+    if again is None:
+        raise Rejected("cached_result", "the last timed repetition's output was wrong for the fresh values written "
+                                        f"into its inputs ({msg}), yet right on the same values in new tensors: "
+                                        "results are reused across calls")
+    raise Incorrect("mismatch", f"the last timed repetition (inputs mixed from two samples): {msg}")
+
+
 def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict) -> None:
-    own = state["own_names"]
+    """Share of the time in the candidate's own kernels: those it launched (names recorded by the
+    worker's launch hooks, never read from the source, whose comments can say anything)."""
     if w.device_kind != "cuda":
         # Interpreter: the share of the candidate's forward time spent inside its own kernel launches.
         fs = state.get("forward_s") or 0.0
         r["own_kernel_share"] = min(1.0, state["launch_s"] / fs) if fs > 0 else 0.0
         r["library_only"] = state["launches"] == 0
         d["own_kernel_launches"] = state["launches"]
-        d["own_kernels"] = sorted(own)
+        d["own_kernels"] = sorted(w.counter.names)
+        d["kernel_win_eligible"] = not r["library_only"] and r["own_kernel_share"] >= KERNEL_WIN_SHARE
         return
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -519,6 +643,7 @@ def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict) -> None:
             _call(state, model, x)
         torch.cuda.synchronize()
     _integrity(state, "profiling")
+    own = set(w.counter.names)  # launched in the trials, the follow check and the profiled calls
     total = mine = 0.0
     kernels: dict[str, float] = {}
     for e in prof.events():
@@ -534,9 +659,30 @@ def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict) -> None:
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:10]
     d["kernels"] = [{"name": k[:120], "us_per_call": v / 3, "own": _is_own(k, own)} for k, v in top]
     d["own_kernels"] = sorted(own)
+    d["kernel_win_eligible"] = not r["library_only"] and r["own_kernel_share"] >= KERNEL_WIN_SHARE
+
+
+def _kernel_key(name: str) -> str:
+    """A kernel name without what a demangled C++ name adds around it: the ``void`` return type and
+    the argument list (``void ns::k<float>(float const*, int)`` -> ``ns::k<float>``), spaces dropped.
+    Namespaces and template arguments stay: ``at::native::vectorized_elementwise_kernel<4, ...>`` is
+    never ``vectorized_elementwise_kernel``."""
+    s = name.strip()
+    if s.startswith("void "):
+        s = s[5:]
+    if s.endswith(")"):
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(s[i], 0)
+            if depth == 0:
+                s = s[:i]
+                break
+    return s.replace(" ", "")
 
 
 def _is_own(kernel: str, own: set[str]) -> bool:
-    base = kernel.split("(")[0].split("<")[0].strip()
-    base = base.rsplit(" ", 1)[-1]
-    return base in own or any(n and n in kernel for n in own if len(n) >= 6)
+    """Whether a profiled kernel is one the candidate launched: Triton and ``extern "C"`` CuPy
+    kernels appear under exactly the name they were launched by; a templated CuPy kernel
+    (``get_function("k<float>")``) appears as ``void k<float>(...)``."""
+    key = _kernel_key(kernel)
+    return bool(key) and key in {_kernel_key(n) for n in own}

@@ -1,7 +1,9 @@
 """Timing in the worker: CUDA events with L2 flushes on the GPU, wall clock in the CPU interpreter.
 
 The candidate and the eager reference are timed interleaved (A B B A ...) in the same process, so
-clock and thermal drift hit both alike. Timing primitives are bound at import, before any candidate
+clock and thermal drift hit both alike. Each callable may come with a ``prepare`` step, run before
+each of its timed repetitions outside the timed region (the caller writes fresh values into the
+inputs there, so no repetition can be served from a cache), told whether it is the last one. Timing primitives are bound at import, before any candidate
 is loaded, so a candidate that patches ``torch.cuda.Event`` cannot change what we measure (it is
 also rejected: see ``_guard.StateSnapshot``).
 """
@@ -83,8 +85,12 @@ class L2Flush:
 
 
 def time_gpu(fns: dict[str, Callable[[], Any]], flush: L2Flush, target_ms: float | None = None, *,
-             stop_above_ms: float | None = None, stop_on: str | None = None) -> dict[str, dict]:
+             stop_above_ms: float | None = None, stop_on: str | None = None,
+             prepare: dict[str, Callable[[], Any]] | None = None) -> dict[str, dict]:
     """Median/p20/p80 in ms of each callable, interleaved, L2 flushed before every repetition.
+    ``prepare[name](last)`` (optional) runs before the warm-up and before every timed repetition of
+    that callable, next to the flush and outside the events; ``last`` is True before the last planned
+    repetition (never reached when stopped early).
 
     ``target_ms``: see :func:`rep_bounds` (None: the full timing). ``stop_above_ms``: after the first
     EARLY_REPS_GPU repetitions, when the median of ``stop_on`` (default: the first callable) is above
@@ -93,8 +99,11 @@ def time_gpu(fns: dict[str, Callable[[], Any]], flush: L2Flush, target_ms: float
     names = list(fns)
     target, lo, hi = rep_bounds("cuda", target_ms)
     # warm-up, and an estimate of each callable's time for the repetition count
+    prep = prepare or {}
     est = {}
     for n in names:
+        if n in prep:
+            prep[n]()
         fns[n]()
         _sync()
         t0, k = _perf(), 0
@@ -116,6 +125,8 @@ def time_gpu(fns: dict[str, Callable[[], Any]], flush: L2Flush, target_ms: float
                 break
         order = names if i % 2 == 0 else names[::-1]
         for n in order:
+            if n in prep:
+                prep[n](i == reps - 1)
             flush()
             s, e = events[n][i]
             s.record()
@@ -151,14 +162,18 @@ def side_stream_leftover(fn: Callable[[], Any], reps: int = 3) -> dict[str, floa
 
 
 def time_cpu(fns: dict[str, Callable[[], Any]], target_ms: float | None = None, *,
-             stop_above_ms: float | None = None, stop_on: str | None = None) -> dict[str, dict]:
+             stop_above_ms: float | None = None, stop_on: str | None = None,
+             prepare: dict[str, Callable[[], Any]] | None = None) -> dict[str, dict]:
     """Wall-clock timings in the interpreter (marked ``interpreted``: never a speedup claim).
-    ``target_ms``, ``stop_above_ms`` and the entries as in :func:`time_gpu` (the early check comes
-    after EARLY_REPS_CPU repetitions)."""
+    ``target_ms``, ``stop_above_ms``, ``prepare`` and the entries as in :func:`time_gpu` (the early
+    check comes after EARLY_REPS_CPU repetitions)."""
     names = list(fns)
     target_s, lo, hi = rep_bounds("cpu", target_ms)
+    prep = prepare or {}
     est = {}
     for n in names:
+        if n in prep:
+            prep[n]()
         t0 = _perf()
         fns[n]()
         est[n] = _perf() - t0
@@ -171,6 +186,8 @@ def time_cpu(fns: dict[str, Callable[[], Any]], target_ms: float | None = None, 
             done = i
             break
         for n in (names if i % 2 == 0 else names[::-1]):
+            if n in prep:
+                prep[n](i == reps - 1)
             t0 = _perf()
             fns[n]()
             times[n].append((_perf() - t0) * 1e3)

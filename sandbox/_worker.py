@@ -17,7 +17,6 @@ import faulthandler
 import gc
 import importlib.util
 import os
-import re
 import shutil
 import socket
 import sys
@@ -65,7 +64,7 @@ class Worker:
             apply_numpy_shim()
         from ._guard import LaunchCounter
 
-        self.counter = LaunchCounter()
+        self.counter = LaunchCounter(cupy=self.device_kind == "cuda")  # CuPy runs on a GPU only
         from kernellab.env import device_name, versions
 
         self.info = {"pid": os.getpid(), "home": str(self.home), "device": device_name(str(self.device)),
@@ -181,8 +180,6 @@ def cleanup(directory: Path, home: Path, names: list[str]) -> None:
     shutil.rmtree(directory, ignore_errors=True)
     gc.collect()
 
-
-CUPY_KERNEL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(\w+)")
 
 if __name__ == "__main__":
     main()

@@ -118,6 +118,41 @@ def test_library_only_and_own_kernel_share(results):
         assert triton_r["details"]["own_kernels"] == ["relu_kernel"]
 
 
+def test_a_value_keyed_cache_is_timed_at_its_real_cost(results):
+    """Fresh values before every timed repetition: a cache keyed on the inputs never hits there."""
+    r = results["futures"]["caches_by_values_slowly"].result(timeout=600)
+    assert r["status"] == "correct", r["error_text"]
+    assert r["median_ms"] >= 20.0 and r["p20_ms"] >= 20.0, r["details"]["timing"]
+    assert r["details"]["last_timed_output"] == "checked"
+
+
+def test_own_kernels_come_from_launches_not_from_comments(results):
+    """Comments that declare kernels named like PyTorch's own make none of them the candidate's."""
+    r = results["futures"]["comment_names_torch_kernel"].result(timeout=600)
+    assert r["status"] == "correct", r["error_text"]
+    assert r["library_only"] is True and r["own_kernel_share"] == 0
+    assert r["details"]["own_kernels"] == []
+    assert r["details"]["kernel_win_eligible"] is False
+
+
+@pytest.mark.gpu
+def test_comment_hack_leaves_cublas_and_elementwise_kernels_library(results):
+    r = results["futures"]["gpu_comment_names_library_kernels"].result(timeout=600)
+    assert r["status"] == "correct", r["error_text"]
+    assert r["library_only"] is True and r["own_kernel_share"] < 0.5, r["details"].get("kernels")
+    assert not any(k["own"] for k in r["details"]["kernels"]), r["details"]["kernels"]
+    assert r["details"]["own_kernels"] == [] and r["details"]["kernel_win_eligible"] is False
+
+
+@pytest.mark.gpu
+def test_a_launched_cupy_kernel_is_own(results):
+    r = results["futures"]["gpu_cupy_correct"].result(timeout=600)
+    assert r["status"] == "correct", r["error_text"]
+    assert r["details"]["own_kernels"] == ["relu2_cupy"], r["details"]["own_kernels"]
+    assert r["library_only"] is False and r["own_kernel_share"] > 0.5, r["details"]["kernels"]
+    assert r["details"]["kernel_win_eligible"] is True
+
+
 def test_mismatch_reports_first_bad_indices(results):
     r = results["futures"]["first_row_only"].result(timeout=600)
     assert r["details"]["first_bad"][0][0] == 1  # row 0 is right, row 1 is the first wrong one
