@@ -5,6 +5,7 @@ a crash or ``kill -9``. The LangGraph checkpoints live in the campaign's own dat
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import sqlite3
@@ -177,7 +178,11 @@ def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: A
     def profile(problem: Problem, cand: dict, best: dict) -> tuple[list, str | None]:
         if device != "cuda":
             return [], "no CUDA device: Nsight Compute profiling skipped"
-        rows = sandbox.profile(problem, cand["source"], config=best.get("config") or None)
+        small = bool(config.small)
+        # the GPU to itself, as a timing has it: no other job's trials run under the profiler
+        exclusive = getattr(executor, "exclusive_gpu", None)
+        with exclusive(problem, small=small) if exclusive else contextlib.nullcontext() as gpu:
+            rows = sandbox.profile(problem, cand["source"], config=best.get("config") or None, small=small, gpu=gpu)
         return list(rows), getattr(rows, "reason", None)
 
     fatal: tuple = ()

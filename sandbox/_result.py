@@ -66,6 +66,11 @@ _OOM = re.compile(r"out of memory|can't allocate memory|cannot allocate memory|C
                   r"cudaErrorMemoryAllocation", re.I)
 
 
+class SandboxUnavailable(RuntimeError):
+    """The sandbox cannot evaluate anything any more (its workers do not start: the circuit breaker
+    is open, or it was shut down). A campaign stops on it, saved and resumable."""
+
+
 class Rejected(Exception):
     """An integrity check failed: ``error_class`` is ``integrity:<reason>``."""
 
