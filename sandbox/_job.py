@@ -427,8 +427,10 @@ def _trials(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict, first_
     per_trial = d.setdefault("trials", [])
     max_abs = max_rel = 0.0
     cap = int(job.get("poison_cap") or POISON_CAP)
+    windows = d.setdefault("trial_windows", []) if dev.type == "cuda" else []
     for i, tr in enumerate(state["trials"]):
         w.read()
+        t_read = time.time()  # wall clock, to show that no trial overlaps another job's timing
         xin = tr["inputs"]
         sizes = [(t.numel() * t.element_size(), dev) for t in tr["ref"]]
         sizes += [(t.untyped_storage().nbytes(), t.device) for t in xin if isinstance(t, torch.Tensor)]
@@ -480,6 +482,9 @@ def _trials(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict, first_
         prev_prints.append(_fingerprint(outs))
         prev = list(outs)
         del outs
+        if dev.type == "cuda":
+            _sync(dev)
+            windows.append((t_read, time.time()))
         w.unread()
     state["forward_s"] = forward_s
     state["launches"] = w.counter.launches
