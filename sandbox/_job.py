@@ -218,6 +218,7 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
         phase = "check"
         if job.get("timing", True):
             phase = "timing"
+            w.read()  # the timing's input copies are made before it takes the writer lock
             _timing(w, job, state, model, d, r)
         phase = "check"
         w.read()  # the timing held the writer lock and released it
@@ -253,7 +254,6 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
     finally:
         if state.get("locked"):
             w.unlock()
-        w.unread()
         if w.device_kind == "cuda":
             try:
                 mem["peak_bytes"] = torch.cuda.max_memory_allocated(w.device)
@@ -272,6 +272,7 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
                 torch.cuda.empty_cache()
             except BaseException:
                 restart = True
+        w.unread()  # after the job's last GPU work, freeing included
     restart = restart or r["status"] in _RESTART or w.jobs >= int(job.get("max_jobs", 50))
     if r["error_text"]:
         r["error_text"] = truncate(r["error_text"])
