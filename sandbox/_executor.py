@@ -46,7 +46,7 @@ from typing import Any
 from kernellab.problem import Problem, content_hash
 
 from ._env import protect_parent, worker_env
-from ._gpu import GIB, JOB_OVERHEAD, POISON_CAP, MemoryBudget, RWLock, TooBig, estimate_bytes
+from ._gpu import GIB, JOB_OVERHEAD, POISON_CAP, MemoryBudget, RWLock, TooBig, estimate
 from ._result import empty_result, infra_result, is_infra, truncate
 
 __all__ = ["Limits", "EvalJob", "Executor", "LocalExecutor", "default_executor", "SandboxError"]
@@ -320,7 +320,7 @@ class LocalExecutor(Executor):
             self._budgets["cpu"] = MemoryBudget(gpu_bytes)
             for g in self._gpus:
                 self._budgets[g] = MemoryBudget(gpu_bytes)
-        self._estimates: dict[tuple[str, bool], int | None] = {}
+        self._estimates: dict[tuple[str, bool], tuple[int, int] | None] = {}
         self._ref_peaks: dict[tuple[str, bool], int] = {}
         self._start_failures: dict[tuple[str, str | None], int] = {}
         self.start_attempts = 0
@@ -408,8 +408,8 @@ class LocalExecutor(Executor):
         if g not in self._gpu_locks:
             raise SandboxError(f"GPU {g!r} is not one of this executor's ({', '.join(self._gpus)})")
         budget = self._budgets.get(g)
-        need = self._need(problem, small) if problem is not None else None
-        with budget.admitted(need) if budget is not None else contextlib.nullcontext():
+        need, floor = self._need(problem, small) if problem is not None else (None, None)
+        with budget.admitted(need, floor=floor) if budget is not None else contextlib.nullcontext():
             with self._gpu_locks[g].write():
                 yield g
 
@@ -484,23 +484,25 @@ class LocalExecutor(Executor):
         return w, start_error
 
     # -- memory ----------------------------------------------------------------------------------
-    def _need(self, problem: Problem, small: bool) -> int | None:
-        """Bytes a job of ``problem`` needs on its device (None: unknown, so it runs alone)."""
+    def _need(self, problem: Problem, small: bool) -> tuple[int | None, int | None]:
+        """(bytes a job of ``problem`` needs on its device, the least it can run with); None: unknown
+        (an unknown need runs alone)."""
         key = (problem.id, bool(small))
         with self._lock:
             known = key in self._estimates
             est = self._estimates.get(key)
             peak = self._ref_peaks.get(key)
         if not known:
-            est = estimate_bytes(problem, bool(small))
+            est = estimate(problem, bool(small))
             with self._lock:
                 self._estimates[key] = est
+        need, floor = est if est else (None, None)
         if peak is not None:
             # the reference's peak (its parameters, one trial's inputs, their clone, outputs and
             # activations) twice -- the candidate's side and the timing's copies -- plus poison
             measured = 2 * peak + min(POISON_CAP, peak) + JOB_OVERHEAD
-            return max(est or 0, measured)
-        return est
+            return max(need or 0, measured), max(floor or 0, peak)
+        return need, floor
 
     def _evaluate(self, worker: _Worker, job: EvalJob, kind: str, gpu: str | None) -> tuple[dict, _Worker | None]:
         """Admit, run, and retry once alone after an infrastructure failure (or, on a GPU, after the
@@ -514,8 +516,8 @@ class LocalExecutor(Executor):
             got_alone = budget is None
             try:
                 if budget is not None:
-                    need = self._need(job.problem, bool(job.small))
-                    grant, got_alone = budget.admit(need, alone)
+                    need, floor = self._need(job.problem, bool(job.small))
+                    grant, got_alone = budget.admit(need, alone, floor)
                 try:
                     result, keep = self._run(worker, job, gpu, grant)
                 finally:

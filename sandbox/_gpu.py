@@ -4,9 +4,11 @@
   (reference, poison, trials, compile) as *reader* (shared). Writer-preferring: once a writer waits,
   new readers wait behind it, so a timing never starves behind a stream of trials.
 - :class:`MemoryBudget`: jobs are admitted against a byte budget (the device's memory minus a
-  margin). A job that needs more than half of it runs alone; admission is first come, first served,
-  so a large job is not starved by small ones either.
-- :func:`estimate_bytes`: a job's footprint from the problem itself, built on the meta device
+  margin). A job that needs more than half of it (or more than all of it: the estimate is generous)
+  runs alone; only one whose *floor* -- what the reference itself holds -- exceeds the budget is
+  refused, so every problem whose reference fits the device alone is evaluated. Admission is first
+  come, first served, so a large job is not starved by small ones either.
+- :func:`estimate`: a job's footprint and floor from the problem itself, built on the meta device
   (parameters, one trial's inputs and outputs: no memory, no kernels).
 """
 
@@ -109,12 +111,12 @@ class MemoryBudget:
             return self.budget, True
         return int(need), False
 
-    def admit(self, need: int | None, alone: bool = False) -> tuple[int, bool]:
-        """Wait until the job fits; returns (bytes granted, alone). Raises :class:`TooBig` when it
-        never can."""
-        if need is not None and need > self.budget:
-            raise TooBig(f"the job needs about {need / GIB:.1f} GiB of device memory; the budget is "
-                         f"{self.budget / GIB:.1f} GiB")
+    def admit(self, need: int | None, alone: bool = False, floor: int | None = None) -> tuple[int, bool]:
+        """Wait until the job fits; returns (bytes granted, alone). Raises :class:`TooBig` when its
+        ``floor`` (the least it can run with) exceeds the budget."""
+        if floor is not None and floor > self.budget:
+            raise TooBig(f"the reference alone holds about {floor / GIB:.2f} GiB of device memory; the budget "
+                         f"is {self.budget / GIB:.2f} GiB")
         grant, big = self.grant_for(need)
         if alone:
             grant, big = self.budget, True
@@ -141,8 +143,8 @@ class MemoryBudget:
             self._cond.notify_all()
 
     @contextlib.contextmanager
-    def admitted(self, need: int | None, alone: bool = False) -> Iterator[tuple[int, bool]]:
-        got = self.admit(need, alone)
+    def admitted(self, need: int | None, alone: bool = False, floor: int | None = None) -> Iterator[tuple[int, bool]]:
+        got = self.admit(need, alone, floor)
         try:
             yield got
         finally:
@@ -158,8 +160,16 @@ def footprint(params: int, inputs: int, outputs: int) -> int:
 
 
 def estimate_bytes(problem: Any, small: bool) -> int | None:
-    """The job footprint of ``problem`` built on the meta device (its sizes without memory), or None
-    when the problem cannot be built there (an op without a meta kernel, data-dependent shapes)."""
+    """The job footprint of ``problem`` (see :func:`estimate`), or None when unknown."""
+    est = estimate(problem, small)
+    return est[0] if est else None
+
+
+def estimate(problem: Any, small: bool) -> tuple[int, int] | None:
+    """(footprint, floor) of a job of ``problem``, built on the meta device (its sizes without
+    memory): the floor is its parameters, one trial's inputs and outputs, what the reference needs
+    at the least. None when the problem cannot be built there (an op without a meta kernel,
+    data-dependent shapes)."""
     import torch
 
     from kernellab.problem import cast_inputs, output_tensors, torch_dtype
@@ -181,4 +191,4 @@ def estimate_bytes(problem: Any, small: bool) -> int | None:
         return sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
 
     params = size(list(model.parameters()) + list(model.buffers()))
-    return footprint(params, size(inputs), size(outs))
+    return footprint(params, size(inputs), size(outs)), params + size(inputs) + size(outs)

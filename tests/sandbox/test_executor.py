@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kernellab.sandbox import EvalJob, Limits, LocalExecutor, SandboxError, evaluate, is_infra
 from kernellab.sandbox._executor import BREAKER_FAILURES
-from kernellab.sandbox._gpu import MemoryBudget, RWLock, TooBig, estimate_bytes
+from kernellab.sandbox._gpu import MemoryBudget, RWLock, TooBig, estimate, estimate_bytes
 
 from kernellab import Problem
 
@@ -87,8 +87,10 @@ def test_budget_runs_a_large_job_alone_and_refuses_one_too_big():
     assert b.grant_for(400) == (400, False)
     assert b.grant_for(600) == (1000, True)  # more than half: alone
     assert b.grant_for(None) == (1000, True)  # unknown: alone
+    assert b.grant_for(5000) == (1000, True)  # a generous estimate above the budget: alone, not refused
     with pytest.raises(TooBig, match="budget"):
-        b.admit(1001)
+        b.admit(5000, floor=1001)  # what the reference itself holds does not fit
+    assert b.used == 0
     order: list[str] = []
     small = b.admit(400)
     assert b.used == 400
@@ -129,10 +131,11 @@ def test_estimate_from_the_meta_device():
         def get_init_inputs():
             return []
     ''')
-    est = estimate_bytes(Problem(name="meta", source=src), small=False)
+    est, floor = estimate(Problem(name="meta", source=src), small=False)
     four_mib = 4 << 20
     # 2 x params + 4 x inputs + 4 x outputs + poison (4 x (in + out)) + 256 MiB overhead
     assert est == 2 * four_mib + 4 * 4 * four_mib + 4 * 4 * four_mib + 4 * 8 * four_mib + (256 << 20)
+    assert floor == four_mib + 4 * four_mib + 4 * four_mib  # params, inputs, outputs
     bad = src.replace("return x * self.w", "return x[: int(x.sum().item()) % 3]")  # data-dependent
     assert estimate_bytes(Problem(name="meta2", source=bad), small=False) is None
 
@@ -168,7 +171,7 @@ def test_budget_is_an_executor_option_and_an_env_variable(monkeypatch):
 
 def test_a_job_larger_than_the_old_per_worker_cap_runs_alone_and_one_too_big_is_infra():
     p = _tiny()
-    need = estimate_bytes(p, small=True)
+    need, floor = estimate(p, small=True)
     # 0.6 of the device: above the old fixed cap of max(0.25, 0.95 / workers) per worker
     ex = LocalExecutor(cpu_workers=2, gpu_bytes=int(need / 0.6))
     try:
@@ -179,7 +182,14 @@ def test_a_job_larger_than_the_old_per_worker_cap_runs_alone_and_one_too_big_is_
         assert not is_infra(r)
     finally:
         ex.shutdown()
+    # more than the whole budget by the (generous) estimate, but the reference fits: alone, evaluated
     ex = LocalExecutor(cpu_workers=1, gpu_bytes=need - 1)
+    try:
+        r = evaluate(p, RELU, trials=1, timing=False, executor=ex)
+        assert r["status"] == "correct" and r["details"]["memory"]["alone"] is True, r["error_text"]
+    finally:
+        ex.shutdown()
+    ex = LocalExecutor(cpu_workers=1, gpu_bytes=floor - 1)
     try:
         t0 = time.monotonic()
         r = evaluate(p, RELU, trials=2, timing=False, executor=ex)
