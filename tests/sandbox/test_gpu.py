@@ -103,8 +103,11 @@ def test_exclusive_gpu_blocks_trials_and_timings(sandbox_executor, problem):
     src = (Path(__file__).parent / "adversarial" / "correct_triton.py").read_text()
     p = problem("big_relu")
     sandbox_executor.submit(EvalJob(p, src, trials=1, timing=False)).result()  # workers up, budget known
-    with sandbox_executor.exclusive_gpu(p) as gpu:
-        assert gpu is not None
+    import contextlib
+
+    with contextlib.ExitStack() as stack:  # every GPU of the pool, wherever the job lands
+        gpus = [stack.enter_context(sandbox_executor.exclusive_gpu(p, gpu=g)) for g in sandbox_executor._gpus]
+        assert gpus and None not in gpus
         t_held = time.time()
         fut = sandbox_executor.submit(EvalJob(p, src + "\n# later\n", trials=2))
         time.sleep(3.0)
