@@ -92,16 +92,26 @@ def _fingerprint(xs: list) -> list:
 _FP_CHUNK = 1 << 24
 
 
+# A trial's inputs up to this size stay alive for the whole job (a read returns a fresh copy):
+# cheaper than regenerating them, and the memory does not matter. Larger ones are regenerated.
+KEEP_INPUTS_BYTES = int(float(os.environ.get("KERNELLAB_SANDBOX_KEEP_INPUTS_BYTES", 16 << 20)))
+
+
 class _Trial:
     """One correctness trial. Read like the dict it used to be (``tr["dist"]``, ``tr["ref"]``,
     ``tr["inputs"]``): ``ref`` are the reference outputs (on the CPU for a GPU worker), and each read
-    of ``inputs`` regenerates them on the device from the trial's seeds, so that at most one trial's
-    inputs are alive at a time."""
+    of ``inputs`` gives fresh tensors: a copy of small inputs kept since the reference ran, or large
+    ones regenerated on the device from the trial's seeds, so that at most one trial's large inputs
+    are alive at a time."""
 
-    def __init__(self, index: int, dist: str, make: Any, ref: list[torch.Tensor], prints: list) -> None:
+    def __init__(self, index: int, dist: str, make: Any, ref: list[torch.Tensor], prints: list,
+                 kept: list | None = None) -> None:
         self.index, self.dist, self.ref, self.prints, self._make = index, dist, ref, prints, make
+        self.kept = kept
 
     def inputs(self) -> list:
+        if self.kept is not None:
+            return clone_all(self.kept)
         x = self._make(self.index)
         if _fingerprint(x) != self.prints:
             raise _ProblemFault(f"trial {self.index}: get_inputs gave other inputs under the same seed than "
@@ -349,7 +359,8 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
                 raise _ProblemFault(f"{problem.label}: Model.forward returned no tensors")
             # on the CPU, not next to the candidate's trial: one trial at a time on the device
             ref = [t_.detach().to("cpu") for t_ in ref]
-            trials.append(_Trial(t, distribution(t), make, ref, prints))
+            size = sum(v.numel() * v.element_size() for v in x if isinstance(v, torch.Tensor))
+            trials.append(_Trial(t, distribution(t), make, ref, prints, kept=x if size <= KEEP_INPUTS_BYTES else None))
             del x
         _sync(dev)
     except (_ProblemFault, _InfraFault):

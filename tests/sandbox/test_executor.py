@@ -272,7 +272,32 @@ def test_a_job_queued_at_shutdown_is_answered_shutdown():
     assert (r2["status"], r2["error_class"]) == ("crash", "shutdown") and is_infra(r2)
 
 
-def test_inputs_not_reproducible_from_the_seed_are_the_problems_fault(sandbox_executor):
+@pytest.fixture(scope="module")
+def regenerating_executor():
+    """Workers that keep no trial's inputs: every read regenerates them from their seeds (what a GPU
+    worker does for inputs over KEEP_INPUTS_BYTES)."""
+    mp = pytest.MonkeyPatch()
+    # read by each worker at its start: set while this executor may replace a worker (after a rejection)
+    mp.setenv("KERNELLAB_SANDBOX_KEEP_INPUTS_BYTES", "0")
+    ex = LocalExecutor(cpu_workers=2)
+    yield ex
+    ex.shutdown()
+    mp.undo()
+
+
+@pytest.mark.parametrize("name, status, error_class", [
+    ("correct_torch", "correct", None),
+    ("modifies_inputs", "rejected", "integrity:inputs_modified"),
+    ("aliases_earlier_output", "rejected", "integrity:output_aliases_earlier_output"),
+    ("stale_memory", "rejected", "integrity:stale_memory"),
+])
+def test_checks_hold_with_regenerated_inputs(regenerating_executor, problem, name, status, error_class):
+    r = evaluate(problem("tiny_relu"), (ADV / f"{name}.py").read_text(), trials=3, timing=True,
+                 executor=regenerating_executor)
+    assert (r["status"], r["error_class"]) == (status, error_class), r["error_text"]
+
+
+def test_inputs_not_reproducible_from_the_seed_are_the_problems_fault(regenerating_executor):
     p = Problem(name="unseeded", source=textwrap.dedent('''
         import random
         import torch
@@ -284,7 +309,7 @@ def test_inputs_not_reproducible_from_the_seed_are_the_problems_fault(sandbox_ex
         def get_init_inputs():
             return []
     '''))
-    r = evaluate(p, RELU, trials=1, timing=False, executor=sandbox_executor)
+    r = evaluate(p, RELU, trials=1, timing=False, executor=regenerating_executor)
     assert (r["status"], r["error_class"]) == ("runtime_error", "problem")
     assert "same seed" in r["error_text"]
 
