@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, TypedDict
 
 from kernellab.agents.roles import Agents, Proposal
+from kernellab.sandbox import SandboxUnavailable, is_infra
 from kernellab.store import is_winner_retime
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import RetryPolicy, Send
@@ -25,6 +26,10 @@ from langgraph.types import RetryPolicy, Send
 from kernellab.problem import Problem
 
 FAILED = ("compile_error", "runtime_error", "timeout", "crash", "incorrect", "rejected")
+# Infrastructure failures (the sandbox's own machinery, see kernellab.sandbox.is_infra) are never a
+# candidate's judged evaluation: they are an ``infra`` event and the candidate is evaluated again at
+# the next evaluate step, at most this many times per session (a resumed campaign tries again).
+MAX_INFRA = 2
 
 
 class CampaignState(TypedDict, total=False):
@@ -66,6 +71,7 @@ class Context:
     # errors of an agent step are recorded as events and cost only that step
     fatal: tuple[type[BaseException], ...] = ()
     session_start: float = field(default_factory=time.monotonic)
+    infra_failures: dict[str, int] = field(default_factory=dict)  # candidate id -> this session's count
 
     def event(self, kind: str, payload: dict) -> None:
         self.store.add_event(self.campaign_id, kind, payload)
@@ -200,11 +206,22 @@ def build_graph(ctx: Context) -> StateGraph:
         pid = pid_of(state)
         problem = ctx.problems[pid]
         todo = [c for c in ctx.store.candidates(ctx.campaign_id, pid)
-                if not any(e["kind"] == "full" for e in ctx.store.evaluations(candidate_id=c["id"]))]
+                if ctx.infra_failures.get(c["id"], 0) < MAX_INFRA
+                and not any(e["kind"] == "full" for e in ctx.store.evaluations(candidate_id=c["id"]))]
         if todo:
             if ctx.progress:
                 ctx.progress.update(in_flight=len(todo))
             for cand_id, result in ctx.evaluate_many(problem, todo):
+                if is_infra(result):
+                    # not the candidate's verdict: no `full` row (so no debugger either), tried again later
+                    ctx.infra_failures[cand_id] = ctx.infra_failures.get(cand_id, 0) + 1
+                    details = result.get("details") or {}
+                    ctx.event("infra", {"candidate_id": cand_id, "error_class": result.get("error_class"),
+                                        "error_text": (result.get("error_text") or "")[:2000],
+                                        "attempt": ctx.infra_failures[cand_id]})
+                    if details.get("breaker") or result.get("error_class") == "shutdown":
+                        raise SandboxUnavailable(f"the sandbox cannot evaluate candidates: {result.get('error_text')}")
+                    continue
                 ctx.store.add_evaluation(cand_id, result, kind="full")
                 if ctx.progress:
                     ctx.progress.on_evaluation(result)

@@ -10,6 +10,7 @@ problem's winner is re-timed in a fresh job (:func:`retime_winners`); that re-ti
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import socket
@@ -197,7 +198,11 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     def profile(problem: Problem, cand: dict, best: dict) -> tuple[list, str | None]:
         if device != "cuda":
             return [], "no CUDA device: Nsight Compute profiling skipped"
-        rows = sandbox.profile(problem, cand["source"], config=best.get("config") or None)
+        small = bool(config.small)
+        # the GPU to itself, as a timing has it: no other job's trials run under the profiler
+        exclusive = getattr(executor, "exclusive_gpu", None)
+        with exclusive(problem, small=small) if exclusive else contextlib.nullcontext() as gpu:
+            rows = sandbox.profile(problem, cand["source"], config=best.get("config") or None, small=small, gpu=gpu)
         return list(rows), getattr(rows, "reason", None)
 
     fatal: tuple = ()

@@ -241,7 +241,7 @@ def _interruptible(fn: Callable[[], dict], store: Any, campaign_id: str) -> dict
         click.echo(f"kernellab: interrupted; the campaign is saved: `kernellab resume {name}`", err=True)
         sys.exit(EXIT_FAILED)
     except Exception as exc:
-        if type(exc).__name__ not in ("BudgetExceeded", "LLMUnavailable", "ReplayMiss"):
+        if type(exc).__name__ not in ("BudgetExceeded", "LLMUnavailable", "ReplayMiss", "SandboxUnavailable"):
             raise
         name = store.get_campaign(campaign_id)["name"]
         click.echo(f"kernellab: stopped: {exc}; the campaign is saved: `kernellab resume {name}`", err=True)

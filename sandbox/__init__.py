@@ -19,10 +19,10 @@ from kernellab.problem import Problem
 
 from ._executor import EvalJob, Executor, Limits, LocalExecutor, SandboxError, default_executor
 from ._profile import ProfileResult, profile
-from ._result import RESULT_KEYS, STATUSES
+from ._result import RESULT_KEYS, STATUSES, SandboxUnavailable, is_infra
 
 __all__ = ["evaluate", "profile", "EvalJob", "Executor", "LocalExecutor", "Limits", "default_executor",
-           "SandboxError", "ProfileResult", "RESULT_KEYS", "STATUSES"]
+           "SandboxError", "SandboxUnavailable", "ProfileResult", "RESULT_KEYS", "STATUSES", "is_infra"]
 
 
 def evaluate(problem: Problem, source: str, *, config: dict | None = None, small: bool | None = None,

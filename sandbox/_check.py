@@ -92,7 +92,9 @@ _CHUNK = 1 << 24  # elements compared at a time: full-size outputs (~1e9 element
 
 def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> dict[str, Any]:
     """Compare one output; returns a dict with ``ok``, ``error_class`` (when not ok), errors, and the
-    first mismatched indices (Liger style: what a person debugging the kernel looks at first)."""
+    first mismatched indices (Liger style: what a person debugging the kernel looks at first).
+    ``ref`` may live on another device than ``out`` (the worker keeps reference outputs on the CPU):
+    each chunk of it is moved to ``out``'s device."""
     shape = tuple(ref.shape)
     rflat, oflat = ref.detach().reshape(-1), out.detach().reshape(-1)
     n = rflat.numel()
@@ -103,8 +105,8 @@ def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> d
     close_vals: list[tuple[float, float]] = []
     err_sq = ref_sq = 0.0
     for lo in range(0, max(n, 1), _CHUNK):
-        r = rflat[lo:lo + _CHUNK].double()
         o = oflat[lo:lo + _CHUNK].double()
+        r = rflat[lo:lo + _CHUNK].to(o.device).double()
         if r.numel() == 0:
             break
         r_fin, o_fin = torch.isfinite(r), torch.isfinite(o)
@@ -160,8 +162,9 @@ def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> d
     return res
 
 
-def check_structure(ref: list[torch.Tensor], out: Any) -> tuple[str, str] | None:
-    """(error_class, message) when count, shape or dtype of the outputs differ."""
+def check_structure(ref: list[torch.Tensor], out: Any, device: torch.device | None = None) -> tuple[str, str] | None:
+    """(error_class, message) when count, shape, dtype or device of the outputs differ; ``device``:
+    where the outputs belong when the reference outputs are kept elsewhere."""
     from kernellab.problem import output_tensors
 
     outs = output_tensors(out)
@@ -174,8 +177,9 @@ def check_structure(ref: list[torch.Tensor], out: Any) -> tuple[str, str] | None
             return "shape", f"output {i} has shape {tuple(o.shape)}, the reference {tuple(r.shape)}"
         if r.dtype != o.dtype:
             return "dtype", f"output {i} has dtype {o.dtype}, the reference {r.dtype}"
-        if r.device != o.device:
-            return "device", f"output {i} is on {o.device}, the reference on {r.device}"
+        want = device if device is not None else r.device
+        if want != o.device:
+            return "device", f"output {i} is on {o.device}, the reference on {want}"
     return None
 
 

@@ -2,10 +2,16 @@
 
 :class:`LocalExecutor` keeps a pool of worker processes on this host: ``workers_per_gpu`` per visible
 GPU (each worker sees exactly one GPU), or ``cpu_workers`` running the Triton interpreter. Each pool
-slot is a thread of the caller's process that owns one worker: it sends the job, enforces the time
-limit of the phase the worker announces, grants the per-GPU timing lock (one timing per GPU at a
-time; loading, compiling and checking overlap), and replaces the worker after a timeout, a crash,
-a CUDA fault or a rejection. A distributed executor implements the same two methods.
+slot is a thread of the caller's process that owns one worker: it admits the job to its GPU's memory
+budget (the job's footprint, estimated from the problem; a job needing more than half the budget
+runs alone), sends the job, enforces the time limit of the phase the worker announces, holds the
+GPU's reader/writer lock for the worker (timing and profiling as the writer, with the GPU to
+themselves; the reference, poison, trials and compile as readers, shared), and replaces the worker
+after a timeout, a crash, a CUDA fault or a rejection. A failure of our own machinery (an
+out-of-memory outside the candidate's code, a worker that does not start, a bug of ours) is an
+infrastructure result (``details.infra``), retried once alone on the GPU, never the candidate's
+verdict; after ``BREAKER_FAILURES`` worker starts in a row fail on one device, the executor stops
+trying there and answers at once. A distributed executor implements the same two methods.
 
     from kernellab.sandbox import EvalJob, LocalExecutor
     with LocalExecutor() as ex:
@@ -18,6 +24,7 @@ from __future__ import annotations
 import abc
 import atexit
 import concurrent.futures as cf
+import contextlib
 import itertools
 import json
 import math
@@ -39,7 +46,8 @@ from typing import Any
 from kernellab.problem import Problem, content_hash
 
 from ._env import protect_parent, worker_env
-from ._result import empty_result, truncate
+from ._gpu import GIB, JOB_OVERHEAD, POISON_CAP, MemoryBudget, RWLock, TooBig, estimate
+from ._result import empty_result, infra_result, is_infra, truncate
 
 __all__ = ["Limits", "EvalJob", "Executor", "LocalExecutor", "default_executor", "SandboxError"]
 
@@ -138,15 +146,12 @@ def _visible_gpus() -> list[str]:
 class _Worker:
     """Parent-side handle of one worker process."""
 
-    def __init__(self, kind: str, gpu: str | None, limits: Limits, cpu_memory_gb: float | None,
-                 gpu_fraction: float | None = None) -> None:
+    def __init__(self, kind: str, gpu: str | None, limits: Limits, cpu_memory_gb: float | None) -> None:
         self.home = tempfile.mkdtemp(prefix="kernellab-worker-")
         self.kind = kind
         extra = {"KERNELLAB_SANDBOX_DEVICE": kind}
         if kind == "cuda":
             extra["CUDA_VISIBLE_DEVICES"] = gpu or "0"
-            if gpu_fraction:
-                extra["KERNELLAB_SANDBOX_GPU_FRACTION"] = f"{gpu_fraction:.3f}"
         else:
             extra["CUDA_VISIBLE_DEVICES"] = ""
             extra["TRITON_INTERPRET"] = "1"
@@ -221,6 +226,13 @@ class _Worker:
 
 
 _SENTINEL = object()
+# consecutive failed worker starts on one device after which the executor stops trying there
+BREAKER_FAILURES = 3
+# kept out of a GPU's memory budget: per worker its CUDA context, plus fragmentation and other users
+GPU_MARGIN = 2 * GIB
+CONTEXT_BYTES = 768 << 20
+# infrastructure failures worth one more attempt (alone on the device)
+_RETRIED = ("infra:oom", "sandbox")
 
 
 class _GpuClock:
@@ -243,6 +255,10 @@ class _GpuClock:
         if self._run_since is not None:
             self.run_s += time.monotonic() - self._run_since
             self._run_since = None
+
+    def resume(self) -> None:
+        if self._started and self._run_since is None and self._held_since is None:
+            self._run_since = time.monotonic()
 
     def hold(self) -> None:
         self._held_since = time.monotonic()
@@ -270,11 +286,19 @@ class LocalExecutor(Executor):
 
     Workers start lazily, on the first job for their device kind, and live across jobs (starting a
     process that imports torch costs seconds); a worker is replaced after ``max_jobs_per_worker``
-    jobs or any job that ended in ``timeout``, ``crash`` or ``rejected``."""
+    jobs or any job that ended in ``timeout``, ``crash`` or ``rejected``.
+
+    Memory: each GPU admits jobs against a byte budget, its total memory minus
+    ``GPU_MARGIN + workers_per_gpu * CONTEXT_BYTES`` (CUDA contexts and fragmentation live outside
+    the allocator's count), or ``gpu_bytes`` (also read from ``KERNELLAB_GPU_BYTES``) when given --
+    which also puts the CPU pool under admission, the way tests exercise it without a GPU. A job's
+    need is estimated from the problem on the meta device and, once a job of the problem has run
+    on a GPU, from its reference's measured peak; its grant caps the worker's allocator
+    (``set_per_process_memory_fraction``), so a runaway candidate cannot starve its neighbours."""
 
     def __init__(self, workers_per_gpu: int | None = None, cpu_workers: int | None = None,
                  limits: Limits | None = None, max_jobs_per_worker: int = 50,
-                 cpu_memory_gb: float | None = 8.0, gpu_memory_fraction: float | None = None) -> None:
+                 cpu_memory_gb: float | None = 8.0, gpu_bytes: int | None = None) -> None:
         ncpu = os.cpu_count() or 2
         self._gpus = _visible_gpus()
         self.workers_per_gpu = workers_per_gpu or max(1, min(8, ncpu // max(1, 2 * len(self._gpus or [0]))))
@@ -282,12 +306,29 @@ class LocalExecutor(Executor):
         self.limits = limits or Limits()
         self.max_jobs_per_worker = max_jobs_per_worker
         self.cpu_memory_gb = cpu_memory_gb
-        # A candidate that allocates until out of memory must not starve the candidates evaluated
-        # next to it on the same GPU: each worker may use this share of the device's memory.
-        self.gpu_memory_fraction = gpu_memory_fraction or max(0.25, 0.95 / self.workers_per_gpu)
+        env_bytes = os.environ.get("KERNELLAB_GPU_BYTES")
+        if gpu_bytes is None and env_bytes:
+            try:
+                gpu_bytes = int(float(env_bytes))
+            except ValueError:
+                raise SandboxError(f"KERNELLAB_GPU_BYTES must be a number of bytes, got {env_bytes!r}") from None
+        if gpu_bytes is not None and gpu_bytes <= 0:
+            raise SandboxError(f"gpu_bytes must be a positive number of bytes, got {gpu_bytes!r}")
+        self.gpu_bytes = gpu_bytes
         self._queues: dict[str, queue.Queue] = {"cuda": queue.Queue(), "cpu": queue.Queue()}
         self._threads: dict[str, list[threading.Thread]] = {"cuda": [], "cpu": []}
-        self._gpu_locks = {g: threading.Lock() for g in self._gpus}
+        # per GPU: timing/profiling as writers, correctness work as readers (see _gpu.RWLock)
+        self._gpu_locks = {g: RWLock() for g in self._gpus}
+        # per GPU (and "cpu" when gpu_bytes is given): the memory admission; made when the total is known
+        self._budgets: dict[str, MemoryBudget] = {}
+        if gpu_bytes is not None:
+            self._budgets["cpu"] = MemoryBudget(gpu_bytes)
+            for g in self._gpus:
+                self._budgets[g] = MemoryBudget(gpu_bytes)
+        self._estimates: dict[tuple[str, bool], tuple[int, int] | None] = {}
+        self._ref_peaks: dict[tuple[str, bool], int] = {}
+        self._start_failures: dict[tuple[str, str | None], int] = {}
+        self.start_attempts = 0
         self._lock = threading.Lock()
         self._baselines: dict[str, cf.Future] = {}
         self._ids = itertools.count()
@@ -357,9 +398,25 @@ class LocalExecutor(Executor):
                 except queue.Empty:
                     break
                 if item is not _SENTINEL:
-                    r = empty_result(item[0].config)
-                    r.update(status="crash", error_class="shutdown", error_text="the executor was shut down")
-                    item[1].set_result(r)
+                    item[1].set_result(infra_result(item[0].config, "shutdown", "the executor was shut down"))
+
+    @contextlib.contextmanager
+    def exclusive_gpu(self, problem: Problem | None = None, small: bool = False, gpu: str | None = None):
+        """Hold a GPU as the timing does: its reader/writer lock as the writer (no trial, poison or
+        compile of any job runs there meanwhile) and, when its budget is known, memory admission for
+        ``problem``'s footprint. Yields the GPU's id (for ``CUDA_VISIBLE_DEVICES``), or None when no
+        GPU is visible. Nsight Compute profiling from a campaign runs inside it."""
+        if not self._gpus:
+            yield None
+            return
+        g = gpu if gpu is not None else self._gpus[0]
+        if g not in self._gpu_locks:
+            raise SandboxError(f"GPU {g!r} is not one of this executor's ({', '.join(self._gpus)})")
+        budget = self._budgets.get(g)
+        need, floor = self._need(problem, small) if problem is not None else (None, None)
+        with budget.admitted(need, floor=floor) if budget is not None else contextlib.nullcontext():
+            with self._gpu_locks[g].write():
+                yield g
 
     # -- slots -----------------------------------------------------------------------------------
     def _ensure_slots(self, kind: str) -> None:
@@ -379,38 +436,130 @@ class LocalExecutor(Executor):
         start_error = "no worker was started"
         q = self._queues[kind]
         while True:
-            if worker is None and not self._closed:
-                try:
-                    worker = _Worker(kind, gpu, self.limits, self.cpu_memory_gb, self.gpu_memory_fraction)
-                    self._workers.add(worker)
-                except Exception as exc:
-                    worker = None
-                    start_error = str(exc)
+            if worker is None and not self._closed and not self._breaker_open(kind, gpu):
+                worker, start_error = self._start_worker(kind, gpu, start_error)
             item = q.get()
             if item is _SENTINEL:
                 break
             job, fut = item
+            if worker is None and not self._closed and not self._breaker_open(kind, gpu):
+                worker, start_error = self._start_worker(kind, gpu, start_error)  # once more, for this job
             if worker is None:
-                r = empty_result(job.config)
                 if self._closed:  # queued before the shutdown: no worker was started for it
-                    r.update(status="crash", error_class="shutdown", error_text="the executor was shut down")
+                    r = infra_result(job.config, "shutdown", "the executor was shut down")
+                elif self._breaker_open(kind, gpu):
+                    r = infra_result(job.config, "worker_start", self._breaker_text(kind, gpu, start_error),
+                                     breaker=True)
                 else:
-                    r.update(status="crash", error_class="worker_start", error_text=truncate(start_error))
+                    r = infra_result(job.config, "worker_start", start_error)
                 fut.set_result(r)
                 continue
-            try:
-                result, keep = self._run(worker, job, gpu)
-            except Exception as exc:  # a bug of ours: never leave the caller's future hanging
-                result, keep = empty_result(job.config), False
-                result.update(status="crash", error_class="sandbox", error_text=truncate(repr(exc)))
-            if not keep:
-                self._workers.discard(worker)
-                worker.kill()
-                worker = None
+            result, worker = self._evaluate(worker, job, kind, gpu)
             self._finish(job, fut, result, worker)
         if worker is not None:
             self._workers.discard(worker)
             worker.stop()
+
+    # -- worker starts and the circuit breaker ---------------------------------------------------
+    def _breaker_open(self, kind: str, gpu: str | None) -> bool:
+        return self._start_failures.get((kind, gpu), 0) >= BREAKER_FAILURES
+
+    def _breaker_text(self, kind: str, gpu: str | None, last: str) -> str:
+        where = f"cuda:{gpu}" if kind == "cuda" else "cpu"
+        return truncate(f"sandbox workers failed to start {BREAKER_FAILURES} times in a row on {where}: the executor "
+                        f"stopped trying there (circuit breaker). Last error: {last}")
+
+    def _start_worker(self, kind: str, gpu: str | None, start_error: str) -> tuple[_Worker | None, str]:
+        with self._lock:
+            self.start_attempts += 1
+        try:
+            w = _Worker(kind, gpu, self.limits, self.cpu_memory_gb)
+        except Exception as exc:
+            with self._lock:
+                self._start_failures[(kind, gpu)] = self._start_failures.get((kind, gpu), 0) + 1
+            return None, str(exc)
+        with self._lock:
+            self._start_failures[(kind, gpu)] = 0
+            self._workers.add(w)
+            total = w.info.get("gpu_total_bytes")
+            if kind == "cuda" and gpu not in self._budgets and total:
+                # CUDA contexts and fragmentation live outside the allocator's count
+                margin = GPU_MARGIN + self.workers_per_gpu * CONTEXT_BYTES
+                self._budgets[gpu] = MemoryBudget(max(GIB, int(total) - margin))
+        return w, start_error
+
+    # -- memory ----------------------------------------------------------------------------------
+    def _need(self, problem: Problem, small: bool) -> tuple[int | None, int | None]:
+        """(bytes a job of ``problem`` needs on its device, the least it can run with); None: unknown
+        (an unknown need runs alone)."""
+        key = (problem.id, bool(small))
+        with self._lock:
+            known = key in self._estimates
+            est = self._estimates.get(key)
+            peak = self._ref_peaks.get(key)
+        if not known:
+            est = estimate(problem, bool(small))
+            with self._lock:
+                self._estimates[key] = est
+        need, floor = est if est else (None, None)
+        if peak is not None:
+            # the reference's peak (its parameters, one trial's inputs, their clone, outputs and
+            # activations) twice -- the candidate's side and the timing's copies -- plus poison
+            measured = 2 * peak + min(POISON_CAP, peak) + JOB_OVERHEAD
+            return max(need or 0, measured), max(floor or 0, peak)
+        return need, floor
+
+    def _evaluate(self, worker: _Worker, job: EvalJob, kind: str, gpu: str | None) -> tuple[dict, _Worker | None]:
+        """Admit, run, and retry once alone after an infrastructure failure (or, on a GPU, after the
+        candidate ran out of the memory it was granted while sharing the device)."""
+        place = gpu if kind == "cuda" else "cpu"
+        alone = False
+        first: dict | None = None
+        while True:
+            budget = self._budgets.get(place)
+            need = grant = None
+            got_alone = budget is None
+            try:
+                if budget is not None:
+                    need, floor = self._need(job.problem, bool(job.small))
+                    grant, got_alone = budget.admit(need, alone, floor)
+                try:
+                    result, keep = self._run(worker, job, gpu, grant)
+                finally:
+                    if budget is not None and grant is not None:
+                        budget.release(grant)
+            except TooBig as exc:
+                result, keep = infra_result(job.config, "infra:too_big", f"{job.problem.label}: {exc}: it cannot "
+                                            "be evaluated on this device"), True
+            except Exception as exc:  # a bug of ours: never leave the caller's future hanging
+                result, keep = infra_result(job.config, "sandbox", repr(exc)), False
+            if budget is not None:
+                mem = result["details"].setdefault("memory", {})
+                mem.update(need_bytes=need, grant_bytes=grant, alone=got_alone, budget_bytes=budget.budget)
+                peak = mem.get("reference_peak_bytes")
+                if peak:
+                    with self._lock:
+                        key = (job.problem.id, bool(job.small))
+                        self._ref_peaks[key] = max(self._ref_peaks.get(key, 0), int(peak))
+            if not keep:
+                self._workers.discard(worker)
+                worker.kill()
+                worker = None
+            if first is not None:
+                result["details"]["retried_after"] = {k: first.get(k) for k in ("error_class", "error_text")}
+                result["details"]["gpu_s"] = result["details"].get("gpu_s", 0.0) + first["details"].get("gpu_s", 0.0)
+                return result, worker
+            cls = result.get("error_class") or ""
+            shared_oom = kind == "cuda" and cls == "oom" and not got_alone
+            if not ((is_infra(result) and cls in _RETRIED) or shared_oom):
+                return result, worker
+            first, alone = result, True
+            if worker is None:
+                if self._closed or self._breaker_open(kind, gpu):
+                    return result, None
+                worker, err = self._start_worker(kind, gpu, "")
+                if worker is None:
+                    return result, None
 
     def _baseline_future(self, job: EvalJob, key: str) -> tuple[cf.Future, bool]:
         """The cached torch.compile baseline for ``key`` and whether this job must measure it."""
@@ -431,7 +580,7 @@ class LocalExecutor(Executor):
             return fut, False
         return fut, True
 
-    def _run(self, w: _Worker, job: EvalJob, gpu: str | None) -> tuple[dict, bool]:
+    def _run(self, w: _Worker, job: EvalJob, gpu: str | None, grant: int | None = None) -> tuple[dict, bool]:
         limits = job.limits or self.limits
         job_id = f"{os.getpid()}_{next(self._ids)}"
         key = need = bl_fut = None
@@ -445,11 +594,12 @@ class LocalExecutor(Executor):
         payload = {"job_id": job_id, "problem": job.problem, "source": job.source, "config": job.config,
                    "small": job.small, "trials": job.trials, "timing": job.timing, "need_baseline": need,
                    "max_jobs": self.max_jobs_per_worker, "timing_target_ms": job.timing_target_ms,
-                   "stop_above_ms": job.stop_above_ms, "time_compile": bool(job.retime)}
+                   "stop_above_ms": job.stop_above_ms, "time_compile": bool(job.retime), "gpu_grant_bytes": grant,
+                   "poison_cap": min(POISON_CAP, grant // 8) if grant else POISON_CAP}
         clock = _GpuClock()
         offset = w.log_size()
         lock = self._gpu_locks.get(gpu) if w.kind == "cuda" else None
-        locked = False
+        locked = reading = False
         phase, deadline = "load", time.monotonic() + limits.of("load")
         result: dict | None = None
         keep = True
@@ -469,18 +619,34 @@ class LocalExecutor(Executor):
                         phase, deadline = msg[1], now + limits.of(msg[1])
                         if phase == "compile":  # the candidate's first call
                             clock.start(now)
-                    elif msg[0] == "lock":
+                    elif msg[0] == "lock":  # the GPU to itself: timing
                         clock.pause()
-                        lock.acquire()
+                        if reading:  # never wait for the writer lock while holding a read
+                            lock.release_read()
+                            reading = False
+                        lock.acquire_write()
                         locked = True
                         clock.hold()
                         phase, deadline = "timing", time.monotonic() + limits.of("timing")
                         w.conn.send(("go",))
                     elif msg[0] == "unlock":
                         if locked:
-                            lock.release()
+                            lock.release_write()
                             locked = False
                         clock.release()
+                    elif msg[0] == "read":  # shared GPU work; the wait does not count against the phase
+                        if lock is not None and not reading and not locked:
+                            t0 = time.monotonic()
+                            clock.pause()
+                            lock.acquire_read()
+                            reading = True
+                            clock.resume()
+                            deadline += time.monotonic() - t0
+                        w.conn.send(("go",))
+                    elif msg[0] == "unread":
+                        if reading:
+                            lock.release_read()
+                            reading = False
                     elif msg[0] == "result":
                         result, keep = msg[1], not msg[2]
                     continue
@@ -494,7 +660,9 @@ class LocalExecutor(Executor):
                     result["details"]["phase"] = phase
         finally:
             if locked:
-                lock.release()
+                lock.release_write()
+            if reading:
+                lock.release_read()
             clock.stop()
         result["details"]["gpu_s"] = clock.total
         result["details"]["gpu_s_parts"] = {"lock_s": clock.lock_s, "run_s": clock.run_s}

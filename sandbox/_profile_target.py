@@ -1,7 +1,12 @@
 """The process Nsight Compute profiles: ``python -m kernellab.sandbox._profile_target JOBDIR``.
 
 Builds the reference instance and the candidate (seeded alike), compiles with two warm-up calls,
-then runs exactly one forward between ``cudaProfilerStart`` and ``cudaProfilerStop``."""
+then runs exactly one forward between ``cudaProfilerStart`` and ``cudaProfilerStop``. Like a sandbox
+worker it first drops the capabilities that would let candidate code read other processes' memory
+and environment (``drop_inspect_caps``): profiling runs the candidate as evaluation does. Where the
+driver restricts performance counters to admin users (``NVreg_RestrictProfilingToAdminUsers=1``),
+ncu then reports ERR_NVGPUCTRPERM, which :func:`kernellab.sandbox.profile` turns into its
+"lacks permission" reason rather than profiling a candidate with those capabilities."""
 
 from __future__ import annotations
 
@@ -12,6 +17,9 @@ from pathlib import Path
 
 
 def main() -> None:
+    from ._env import drop_inspect_caps
+
+    drop_inspect_caps()  # before anything of the problem's or the candidate's runs
     import torch
 
     from kernellab.problem import apply_mode, instantiate

@@ -23,6 +23,17 @@ Every evaluation, whatever happened, ends as one dict with exactly :data:`RESULT
   Not counted: starting a worker, building the reference outputs, executing the candidate's module,
   compiling the torch.compile baseline. So a candidate that fails to load costs 0.0, and one that
   hangs costs its time limit.
+- ``infra`` (True, only on infrastructure failures): the evaluation failed in kernellab's own
+  machinery, not in the candidate -- an out-of-memory while building the reference, poisoning,
+  comparing or timing the baseline (``error_class`` ``infra:oom``), a job larger than the device's
+  memory budget (``infra:too_big``), a worker that could not start (``worker_start``; with
+  ``breaker: True`` once the executor stopped trying), a bug of ours (``sandbox``), a shutdown
+  (``shutdown``). Status ``crash`` (the status list is fixed), but never the candidate's verdict:
+  see :func:`is_infra`. The executor retries such a job once (alone on its GPU) before answering.
+- ``memory`` (dict, when the job was admitted to a device budget): ``need_bytes`` (the estimate it
+  was admitted with, None when unknown), ``grant_bytes``, ``alone`` (ran with no other job on the
+  device), ``reference_peak_bytes`` (CUDA: the reference's measured peak), ``peak_bytes`` (CUDA: the
+  job's peak ``max_memory_allocated``).
 - ``early_stopped`` (bool, when timing ran): True when ``EvalJob.stop_above_ms`` stopped the timing
   after its first repetitions; ``median_ms``/``p20_ms``/``p80_ms``/``eager_ms`` then cover those only.
 - ``timing``: per callable (``candidate``, ``eager``) ``median_ms``, ``p20_ms``, ``p80_ms``, ``reps``
@@ -55,6 +66,11 @@ _OOM = re.compile(r"out of memory|can't allocate memory|cannot allocate memory|C
                   r"cudaErrorMemoryAllocation", re.I)
 
 
+class SandboxUnavailable(RuntimeError):
+    """The sandbox cannot evaluate anything any more (its workers do not start: the circuit breaker
+    is open, or it was shut down). A campaign stops on it, saved and resumable."""
+
+
 class Rejected(Exception):
     """An integrity check failed: ``error_class`` is ``integrity:<reason>``."""
 
@@ -79,6 +95,30 @@ def empty_result(config: dict | None = None) -> dict[str, Any]:
     r["details"] = {"gpu_s": 0.0}  # the executor replaces it with what the job measurably cost
     r["library_only"] = None
     return r
+
+
+INFRA_PREFIX = "infra:"
+# error classes the executor answers with itself: none of them says anything about the candidate
+INFRA_CLASSES = ("shutdown", "worker_start", "sandbox")
+
+
+def is_infra(result: dict) -> bool:
+    """Whether ``result`` is an infrastructure failure (``details.infra``), not a verdict on the
+    candidate: never store it as the candidate's evaluation, never hand it to a debugger."""
+    cls = result.get("error_class") or ""
+    return bool((result.get("details") or {}).get("infra")) or cls.startswith(INFRA_PREFIX) or cls in INFRA_CLASSES
+
+
+def infra_result(config: dict | None, error_class: str, text: str, **details: Any) -> dict[str, Any]:
+    r = empty_result(config)
+    r.update(status="crash", error_class=error_class, error_text=truncate(text))
+    r["details"].update(infra=True, **details)
+    return r
+
+
+def is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or bool(
+        _OOM.search(f"{type(exc).__name__}: {exc}"))
 
 
 def truncate(text: str, n: int = MAX_ERROR_TEXT) -> str:

@@ -5,10 +5,14 @@ Started by :class:`~kernellab.sandbox.LocalExecutor` with a scrubbed environment
 stderr going to a log file whose tail is attached to crash reports. It talks to the executor over
 the socket ``FD`` (``multiprocessing.connection`` messages):
 
-  executor -> worker: ("job", payload) | ("go",) [timing lock granted] | ("exit",)
-  worker -> executor: ("ready", info) | ("phase", name) | ("lock",) | ("unlock",) | ("result", dict, restart)
+  executor -> worker: ("job", payload) | ("go",) [lock granted] | ("exit",)
+  worker -> executor: ("ready", info) | ("phase", name) | ("read",) | ("unread",) | ("lock",) | ("unlock",)
+                      | ("result", dict, restart)
 
-The executor enforces the time limit of the phase announced last; the worker enforces nothing.
+``read``/``unread`` bracket shared GPU work (reference, poison, trials, compile), ``lock``/``unlock``
+the timing (the GPU's writer lock: no other job's GPU work runs meanwhile); a worker holding a read
+gives it up before asking for the writer lock. The executor enforces the time limit of the phase
+announced last; the worker enforces nothing.
 """
 
 from __future__ import annotations
@@ -44,9 +48,7 @@ class Worker:
         if self.device_kind == "cuda":
             torch.cuda.init()
             self.device = torch.device("cuda", 0)
-            frac = os.environ.get("KERNELLAB_SANDBOX_GPU_FRACTION")
-            if frac:
-                torch.cuda.set_per_process_memory_fraction(float(frac), self.device)
+            self.total_bytes = torch.cuda.get_device_properties(self.device).total_memory
             torch.empty(1, device=self.device)  # create the context now, not in the first job
             from ._timing import L2Flush
 
@@ -68,7 +70,9 @@ class Worker:
         from kernellab.env import device_name, versions
 
         self.info = {"pid": os.getpid(), "home": str(self.home), "device": device_name(str(self.device)),
-                     "versions": versions(), "kind": self.device_kind}
+                     "versions": versions(), "kind": self.device_kind,
+                     "gpu_total_bytes": getattr(self, "total_bytes", None)}
+        self.reading = False
         self.threads = set(threading.enumerate())
 
     # -- messaging ---------------------------------------------------------------------------
@@ -78,9 +82,34 @@ class Worker:
     def phase(self, name: str) -> None:
         self.send("phase", name)
 
+    def read(self) -> None:
+        """Wait for a shared hold of the GPU (no timing runs on it while held)."""
+        if self.device_kind != "cuda" or self.reading:
+            return
+        self.send("read")
+        msg = self.conn.recv()
+        if msg[0] != "go":  # pragma: no cover - protocol error
+            raise RuntimeError(f"sandbox protocol: expected go, got {msg[0]}")
+        self.reading = True
+
+    def unread(self) -> None:
+        if self.reading:
+            self.reading = False
+            self.send("unread")
+
+    def limit_gpu_memory(self, grant: int | None) -> None:
+        """Cap this process's allocator at the bytes the executor admitted the job with (the whole
+        device when the job was admitted without a budget), and start counting its peak."""
+        if self.device_kind != "cuda":
+            return
+        frac = min(1.0, grant / self.total_bytes) if grant else 1.0
+        self.torch.cuda.set_per_process_memory_fraction(frac, self.device)
+        self.torch.cuda.reset_peak_memory_stats(self.device)
+
     def lock(self) -> None:
         if self.device_kind != "cuda":
             return
+        self.reading = False  # the executor gives the read up before it waits for the writer lock
         self.send("lock")
         msg = self.conn.recv()
         if msg[0] != "go":  # pragma: no cover - protocol error

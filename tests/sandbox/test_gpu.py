@@ -57,6 +57,64 @@ def test_one_timing_per_gpu_at_a_time(sandbox_executor, problem):
     windows = sorted(tuple(r["details"]["timing_window"]) for r in results)
     for (_s0, e0), (s1, _e1) in zip(windows, windows[1:], strict=False):
         assert e0 <= s1, f"timings overlapped: {windows}"
+    # the reader/writer lock: no job's trial ran on the GPU while another job was timing
+    for i, r in enumerate(results):
+        t0, t1 = r["details"]["timing_window"]
+        for j, other in enumerate(results):
+            if j == i:
+                continue
+            for a, b in other["details"]["trial_windows"]:
+                assert b <= t0 or t1 <= a, f"job {j}'s trial {(a, b)} overlapped job {i}'s timing {(t0, t1)}"
+
+
+def test_a_problem_with_6_gib_tensors_is_evaluated(sandbox_executor):
+    """Level-1 sizes that failed with the fixed per-worker memory cap: one trial on the GPU at a time,
+    reference outputs on the CPU, admission by the problem's footprint."""
+    import textwrap
+
+    from kernellab import Problem
+
+    p = Problem(name="relu_6gib", source=textwrap.dedent('''
+        import torch
+        rows = 40000
+        cols = 40000
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                return torch.relu(x * 2.0) + 1.0
+        def get_inputs():
+            return [torch.randn(rows, cols)]
+        def get_init_inputs():
+            return []
+    '''))
+    src = (Path(__file__).parent / "adversarial" / "correct_triton.py").read_text()
+    futures = [sandbox_executor.submit(EvalJob(p, src + f"\n# {i}\n", trials=3)) for i in range(2)]
+    for f in futures:
+        r = f.result()
+        assert r["status"] == "correct", (r["error_class"], r["error_text"])
+        mem = r["details"]["memory"]
+        assert mem["need_bytes"] and mem["grant_bytes"] >= mem["need_bytes"], mem
+        # one trial on the device (with the timing's copies): below what holding the trials' inputs
+        # and outputs took before (3 trials x 2 x 6.4 GB, plus the checks' clones and 4x poison)
+        assert mem["peak_bytes"] < 8 * 6.4e9, mem
+
+
+def test_exclusive_gpu_blocks_trials_and_timings(sandbox_executor, problem):
+    """Profiling from a campaign holds the GPU as a writer: a job submitted meanwhile waits."""
+    src = (Path(__file__).parent / "adversarial" / "correct_triton.py").read_text()
+    p = problem("big_relu")
+    sandbox_executor.submit(EvalJob(p, src, trials=1, timing=False)).result()  # workers up, budget known
+    import contextlib
+
+    with contextlib.ExitStack() as stack:  # every GPU of the pool, wherever the job lands
+        gpus = [stack.enter_context(sandbox_executor.exclusive_gpu(p, gpu=g)) for g in sandbox_executor._gpus]
+        assert gpus and None not in gpus
+        t_held = time.time()
+        fut = sandbox_executor.submit(EvalJob(p, src + "\n# later\n", trials=2))
+        time.sleep(3.0)
+        released = time.time()
+    r = fut.result()
+    assert r["status"] == "correct", r["error_text"]
+    assert all(a >= released for a, _ in r["details"]["trial_windows"]), (t_held, released, r["details"]["trial_windows"])
 
 
 def test_profile_gemm_bias_gelu_with_ncu():

@@ -1,0 +1,195 @@
+"""Sharing one GPU between sandbox jobs: a reader/writer lock for measurement and a memory budget.
+
+- :class:`RWLock`: timing and profiling take it as *writer* (the GPU to themselves), correctness work
+  (reference, poison, trials, compile) as *reader* (shared). Writer-preferring: once a writer waits,
+  new readers wait behind it, so a timing never starves behind a stream of trials.
+- :class:`MemoryBudget`: jobs are admitted against a byte budget (the device's memory minus a
+  margin). A job that needs more than half of it (or more than all of it: the estimate is generous)
+  runs alone; only one whose *floor* -- what the reference itself holds -- exceeds the budget is
+  refused, so every problem whose reference fits the device alone is evaluated. Admission is first
+  come, first served, so a large job is not starved by small ones either.
+- :func:`estimate`: a job's footprint and floor from the problem itself, built on the meta device
+  (parameters, one trial's inputs and outputs: no memory, no kernels).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+GIB = 1 << 30
+# Poison written before a candidate call: at most this much (or the job's own size, if smaller).
+POISON_CAP = GIB
+# Fixed extra per job: the L2 flush buffer, cuBLAS/cuDNN workspaces, allocator rounding.
+JOB_OVERHEAD = 256 << 20
+
+
+class RWLock:
+    """A writer-preferring reader/writer lock (``threading`` only: the executor's slot threads hold it
+    on behalf of their workers)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+
+    def acquire_read(self) -> None:
+        with self._cond:
+            while self._writer or self._writers_waiting:
+                self._cond.wait()
+            self._readers += 1
+
+    def release_read(self) -> None:
+        with self._cond:
+            if self._readers <= 0:
+                raise RuntimeError("release_read without a reader")
+            self._readers -= 1
+            if self._readers == 0:
+                self._cond.notify_all()
+
+    def acquire_write(self) -> None:
+        with self._cond:
+            self._writers_waiting += 1
+            try:
+                while self._writer or self._readers:
+                    self._cond.wait()
+            finally:
+                self._writers_waiting -= 1
+            self._writer = True
+
+    def release_write(self) -> None:
+        with self._cond:
+            if not self._writer:
+                raise RuntimeError("release_write without the writer")
+            self._writer = False
+            self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[None]:
+        self.acquire_read()
+        try:
+            yield
+        finally:
+            self.release_read()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[None]:
+        self.acquire_write()
+        try:
+            yield
+        finally:
+            self.release_write()
+
+    @property
+    def state(self) -> tuple[int, bool, int]:
+        """(readers, writer held, writers waiting): for tests and diagnostics."""
+        with self._cond:
+            return self._readers, self._writer, self._writers_waiting
+
+
+class TooBig(Exception):
+    """A job needs more memory than the whole budget of its device."""
+
+
+class MemoryBudget:
+    """Admission of jobs to one device against ``budget`` bytes (see the module docstring)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = int(budget)
+        self.used = 0
+        self.jobs = 0
+        self._cond = threading.Condition()
+        self._queue: collections.deque = collections.deque()
+
+    def grant_for(self, need: int | None) -> tuple[int, bool]:
+        """(bytes granted, alone): an unknown or large (> half the budget) need gets the whole budget."""
+        if need is None or need > self.budget // 2:
+            return self.budget, True
+        return int(need), False
+
+    def admit(self, need: int | None, alone: bool = False, floor: int | None = None) -> tuple[int, bool]:
+        """Wait until the job fits; returns (bytes granted, alone). Raises :class:`TooBig` when its
+        ``floor`` (the least it can run with) exceeds the budget."""
+        if floor is not None and floor > self.budget:
+            raise TooBig(f"the reference alone holds about {floor / GIB:.2f} GiB of device memory; the budget "
+                         f"is {self.budget / GIB:.2f} GiB")
+        grant, big = self.grant_for(need)
+        if alone:
+            grant, big = self.budget, True
+        ticket = object()
+        with self._cond:
+            self._queue.append(ticket)
+            try:
+                while self._queue[0] is not ticket or self.used + grant > self.budget:
+                    self._cond.wait()
+            except BaseException:
+                self._queue.remove(ticket)
+                self._cond.notify_all()
+                raise
+            self._queue.popleft()
+            self.used += grant
+            self.jobs += 1
+            self._cond.notify_all()
+        return grant, big
+
+    def release(self, grant: int) -> None:
+        with self._cond:
+            self.used -= grant
+            self.jobs -= 1
+            self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def admitted(self, need: int | None, alone: bool = False, floor: int | None = None) -> Iterator[tuple[int, bool]]:
+        got = self.admit(need, alone, floor)
+        try:
+            yield got
+        finally:
+            self.release(got[0])
+
+
+def footprint(params: int, inputs: int, outputs: int) -> int:
+    """Bytes one job holds at its peak, from one trial's sizes: the reference's and the candidate's
+    parameters; the timing's inputs (trial 0's and a second sample, mixed into two tensor sets each
+    for the candidate and for eager: six copies, more than the trials' two); the candidate's output
+    next to the previous trial's (kept for the aliasing check) and the reference's and the eager
+    timing's; the poison (capped) and a fixed overhead."""
+    return 2 * params + 6 * inputs + 4 * outputs + min(POISON_CAP, 4 * (inputs + outputs)) + JOB_OVERHEAD
+
+
+def estimate_bytes(problem: Any, small: bool) -> int | None:
+    """The job footprint of ``problem`` (see :func:`estimate`), or None when unknown."""
+    est = estimate(problem, small)
+    return est[0] if est else None
+
+
+def estimate(problem: Any, small: bool) -> tuple[int, int] | None:
+    """(footprint, floor) of a job of ``problem``, built on the meta device (its sizes without
+    memory): the floor is its parameters, one trial's inputs and outputs, what the reference needs
+    at the least. None when the problem cannot be built there (an op without a meta kernel,
+    data-dependent shapes)."""
+    import torch
+
+    from kernellab.problem import cast_inputs, output_tensors, torch_dtype
+
+    try:
+        with torch.device("meta"):
+            mod = problem.module(small=small)
+            dtype = torch_dtype(getattr(mod, "DTYPE", "float32"))
+            model = mod.Model(*list(mod.get_init_inputs())).to(dtype=dtype)
+            inputs = cast_inputs(list(mod.get_inputs()), dtype, "meta")
+            with torch.no_grad():
+                outs = output_tensors(model(*inputs))
+    except Exception:
+        return None
+    if not outs:
+        return None
+
+    def size(ts: Any) -> int:
+        return sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
+
+    params = size(list(model.parameters()) + list(model.buffers()))
+    return footprint(params, size(inputs), size(outs)), params + size(inputs) + size(outs)

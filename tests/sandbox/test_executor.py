@@ -1,0 +1,354 @@
+"""The executor's own machinery on the CPU: the GPU reader/writer lock, memory admission against a
+(fake) device budget, infrastructure failures kept apart from verdicts, the circuit breaker on worker
+starts, shutdown with jobs still queued, and the profile target's dropped capabilities."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from kernellab.sandbox import EvalJob, Limits, LocalExecutor, SandboxError, evaluate, is_infra
+from kernellab.sandbox._executor import BREAKER_FAILURES
+from kernellab.sandbox._gpu import MemoryBudget, RWLock, TooBig, estimate, estimate_bytes
+
+from kernellab import Problem
+
+ROOT = Path(__file__).resolve().parents[2]
+ADV = Path(__file__).resolve().parent / "adversarial"
+RELU = (ADV / "correct_torch.py").read_text()
+
+
+# -- the reader/writer lock ------------------------------------------------------------------------
+def _spans(lock: RWLock, plan: list[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
+    """Run threads that each wait ``delay`` then hold the lock in ``mode`` for ``hold`` seconds;
+    return (mode, start, end) of every hold."""
+    out: list[tuple[str, float, float]] = []
+    mu = threading.Lock()
+
+    def body(mode: str, delay: float, hold: float) -> None:
+        time.sleep(delay)
+        with lock.read() if mode == "r" else lock.write():
+            t0 = time.monotonic()
+            time.sleep(hold)
+            t1 = time.monotonic()
+        with mu:
+            out.append((mode, t0, t1))
+
+    threads = [threading.Thread(target=body, args=p) for p in plan]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    return out
+
+
+def test_rwlock_readers_share_a_writer_is_alone():
+    spans = _spans(RWLock(), [("r", 0, 0.3), ("r", 0, 0.3), ("r", 0, 0.3), ("w", 0.05, 0.1), ("w", 0.05, 0.1)])
+    reads = [s for s in spans if s[0] == "r"]
+    # the three readers held it at the same time
+    assert max(s[1] for s in reads) < min(s[2] for s in reads)
+    for m, s0, e0 in spans:
+        if m != "w":
+            continue
+        for other in spans:
+            if other != (m, s0, e0):
+                assert e0 <= other[1] or other[2] <= s0, f"a writer overlapped {other}: {spans}"
+
+
+def test_rwlock_prefers_a_waiting_writer_over_new_readers():
+    lock = RWLock()
+    # reader A holds it from t=0; writer W queues at 0.1; reader B arrives at 0.2, while W waits
+    spans = _spans(lock, [("r", 0, 0.4), ("w", 0.1, 0.1), ("r", 0.2, 0.05)])
+    reads = sorted((s, e) for m, s, e in spans if m == "r")
+    (w0, w1), = [(s, e) for m, s, e in spans if m == "w"]
+    (a0, a1), (b0, b1) = reads
+    assert a1 <= w0, spans  # W waited for A
+    assert b0 >= w1, spans  # B waited for W although only a reader held the lock when it came
+    assert lock.state == (0, False, 0)
+
+
+def test_rwlock_release_without_hold_is_an_error():
+    lock = RWLock()
+    with pytest.raises(RuntimeError):
+        lock.release_read()
+    with pytest.raises(RuntimeError):
+        lock.release_write()
+
+
+# -- memory admission ------------------------------------------------------------------------------
+def test_budget_runs_a_large_job_alone_and_refuses_one_too_big():
+    b = MemoryBudget(1000)
+    assert b.grant_for(400) == (400, False)
+    assert b.grant_for(600) == (1000, True)  # more than half: alone
+    assert b.grant_for(None) == (1000, True)  # unknown: alone
+    assert b.grant_for(5000) == (1000, True)  # a generous estimate above the budget: alone, not refused
+    with pytest.raises(TooBig, match="budget"):
+        b.admit(5000, floor=1001)  # what the reference itself holds does not fit
+    assert b.used == 0
+    order: list[str] = []
+    small = b.admit(400)
+    assert b.used == 400
+
+    def big() -> None:
+        with b.admitted(600):
+            order.append("big in")
+            assert b.used == 1000  # nobody else on the device
+            time.sleep(0.1)
+        order.append("big out")
+
+    t = threading.Thread(target=big)
+    t.start()
+    time.sleep(0.1)
+    assert order == []  # waits for the small job
+    # first come, first served: a small job arriving now queues behind the big one
+    later = threading.Thread(target=lambda: (b.admit(100), order.append("small2 in")))
+    later.start()
+    time.sleep(0.05)
+    b.release(small[0])
+    t.join(5)
+    later.join(5)
+    assert order == ["big in", "big out", "small2 in"]
+
+
+def test_estimate_from_the_meta_device():
+    src = textwrap.dedent('''
+        import torch
+        n = 1 << 20
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = torch.nn.Parameter(torch.ones(n))
+            def forward(self, x):
+                return x * self.w
+        def get_inputs():
+            return [torch.randn(4, n)]
+        def get_init_inputs():
+            return []
+    ''')
+    est, floor = estimate(Problem(name="meta", source=src), small=False)
+    four_mib = 4 << 20
+    # 2 x params + 4 x inputs + 4 x outputs + poison (4 x (in + out)) + 256 MiB overhead
+    assert est == 2 * four_mib + 4 * 4 * four_mib + 4 * 4 * four_mib + 4 * 8 * four_mib + (256 << 20)
+    assert floor == four_mib + 4 * four_mib + 4 * four_mib  # params, inputs, outputs
+    bad = src.replace("return x * self.w", "return x[: int(x.sum().item()) % 3]")  # data-dependent
+    assert estimate_bytes(Problem(name="meta2", source=bad), small=False) is None
+
+
+# -- the executor with a fake device budget --------------------------------------------------------
+def _tiny(name: str = "tiny", forward: str = "return torch.relu(x * 2.0) + 1.0") -> Problem:
+    return Problem(name=name, source=textwrap.dedent(f'''
+        import torch
+        rows = 8
+        cols = 127
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                {forward}
+        def get_inputs():
+            return [torch.randn(rows, cols)]
+        def get_init_inputs():
+            return []
+    '''))
+
+
+def test_budget_is_an_executor_option_and_an_env_variable(monkeypatch):
+    monkeypatch.setenv("KERNELLAB_GPU_BYTES", "123456789")
+    ex = LocalExecutor(cpu_workers=1)
+    assert ex.gpu_bytes == 123456789 and ex._budgets["cpu"].budget == 123456789
+    ex.shutdown()
+    monkeypatch.setenv("KERNELLAB_GPU_BYTES", "lots")
+    with pytest.raises(SandboxError, match="KERNELLAB_GPU_BYTES"):
+        LocalExecutor(cpu_workers=1)
+    monkeypatch.delenv("KERNELLAB_GPU_BYTES")
+    with pytest.raises(SandboxError, match="gpu_bytes"):
+        LocalExecutor(cpu_workers=1, gpu_bytes=0)
+
+
+def test_a_job_larger_than_the_old_per_worker_cap_runs_alone_and_one_too_big_is_infra():
+    p = _tiny()
+    need, floor = estimate(p, small=True)
+    # 0.6 of the device: above the old fixed cap of max(0.25, 0.95 / workers) per worker
+    ex = LocalExecutor(cpu_workers=2, gpu_bytes=int(need / 0.6))
+    try:
+        r = evaluate(p, RELU, trials=2, timing=False, executor=ex)
+        assert r["status"] == "correct", r["error_text"]
+        mem = r["details"]["memory"]
+        assert mem["alone"] is True and mem["need_bytes"] == need and mem["grant_bytes"] == ex.gpu_bytes
+        assert not is_infra(r)
+    finally:
+        ex.shutdown()
+    # more than the whole budget by the (generous) estimate, but the reference fits: alone, evaluated
+    ex = LocalExecutor(cpu_workers=1, gpu_bytes=need - 1)
+    try:
+        r = evaluate(p, RELU, trials=1, timing=False, executor=ex)
+        assert r["status"] == "correct" and r["details"]["memory"]["alone"] is True, r["error_text"]
+    finally:
+        ex.shutdown()
+    ex = LocalExecutor(cpu_workers=1, gpu_bytes=floor - 1)
+    try:
+        t0 = time.monotonic()
+        r = evaluate(p, RELU, trials=2, timing=False, executor=ex)
+        assert (r["status"], r["error_class"]) == ("crash", "infra:too_big")
+        assert r["details"]["infra"] is True and is_infra(r)
+        assert "cannot be evaluated on this device" in r["error_text"] and "GiB" in r["error_text"]
+        assert "retried_after" not in r["details"]  # deterministic: not retried
+        assert time.monotonic() - t0 < 30
+    finally:
+        ex.shutdown()
+
+
+def test_a_small_job_shares_the_device():
+    p = _tiny("tiny_shared")
+    need = estimate_bytes(p, small=True)
+    ex = LocalExecutor(cpu_workers=2, gpu_bytes=need * 4)
+    try:
+        r = evaluate(p, RELU, trials=1, timing=False, executor=ex)
+        assert r["status"] == "correct" and r["details"]["memory"]["alone"] is False
+        assert r["details"]["memory"]["grant_bytes"] == need
+    finally:
+        ex.shutdown()
+
+
+# -- infrastructure failures -----------------------------------------------------------------------
+def test_reference_out_of_memory_is_infra_retried_once_never_the_verdict(sandbox_executor):
+    # the reference allocates far beyond the CPU worker's address-space limit (8 GB)
+    p = _tiny("ref_oom", forward="return x + torch.empty(4 << 30, dtype=torch.float32)[:1].sum() * 0")
+    r = evaluate(p, RELU, trials=2, timing=False, executor=sandbox_executor)
+    assert (r["status"], r["error_class"]) == ("crash", "infra:oom"), (r["error_class"], r["error_text"])
+    assert r["details"]["infra"] is True and is_infra(r)
+    assert "reference" in r["error_text"]
+    assert r["details"]["retried_after"]["error_class"] == "infra:oom"
+
+
+def test_candidate_out_of_memory_stays_the_candidates(sandbox_executor):
+    p = _tiny("cand_oom")
+    r = evaluate(p, (ADV / "oom_cpu.py").read_text(), trials=1, timing=False, executor=sandbox_executor)
+    assert (r["status"], r["error_class"]) == ("runtime_error", "oom")
+    assert not is_infra(r)
+
+
+def test_worker_start_failures_open_the_circuit_breaker():
+    # a startup limit no worker meets: each start really launches a worker and gives up on it
+    ex = LocalExecutor(cpu_workers=1, limits=Limits(startup=0.01))
+    try:
+        t0 = time.monotonic()
+        futs = [ex.submit(EvalJob(_tiny(), RELU, trials=1, timing=False)) for _ in range(4)]
+        rs = [f.result(timeout=120) for f in futs]
+        assert all(r["status"] == "crash" and r["error_class"] == "worker_start" and is_infra(r) for r in rs)
+        assert "failed to start" in rs[0]["error_text"]
+        assert not rs[0]["details"].get("breaker")
+        assert all(r["details"].get("breaker") for r in rs[1:]), [r["details"] for r in rs]
+        assert "circuit breaker" in rs[-1]["error_text"]
+        # no start attempt after the breaker opened: later jobs are answered at once
+        assert ex.start_attempts == BREAKER_FAILURES
+        assert time.monotonic() - t0 < 60
+    finally:
+        ex.shutdown()
+
+
+def test_a_job_queued_at_shutdown_is_answered_shutdown():
+    sleeper = textwrap.dedent('''
+        import os, time
+        import torch
+        class ModelNew(torch.nn.Module):
+            def forward(self, x):
+                time.sleep(3)
+                os._exit(9)
+    ''')
+    ex = LocalExecutor(cpu_workers=1)
+    assert ex.start("cpu", timeout=300) == 1
+    first = ex.submit(EvalJob(_tiny(), sleeper, trials=1, timing=False))
+    queued = ex.submit(EvalJob(_tiny(), RELU, trials=1, timing=False))
+    time.sleep(1.0)  # the first job is in the candidate's sleep; the second waits in the queue
+    ex.shutdown()
+    r1 = first.result(timeout=60)
+    assert (r1["status"], r1["error_class"]) == ("crash", "exit:9")
+    r2 = queued.result(timeout=60)
+    assert (r2["status"], r2["error_class"]) == ("crash", "shutdown") and is_infra(r2)
+
+
+@pytest.fixture(scope="module")
+def regenerating_executor():
+    """Workers that keep no trial's inputs: every read regenerates them from their seeds (what a GPU
+    worker does for inputs over KEEP_INPUTS_BYTES)."""
+    mp = pytest.MonkeyPatch()
+    # read by each worker at its start: set while this executor may replace a worker (after a rejection)
+    mp.setenv("KERNELLAB_SANDBOX_KEEP_INPUTS_BYTES", "0")
+    ex = LocalExecutor(cpu_workers=2)
+    yield ex
+    ex.shutdown()
+    mp.undo()
+
+
+@pytest.mark.parametrize("name, status, error_class", [
+    ("correct_torch", "correct", None),
+    ("modifies_inputs", "rejected", "integrity:inputs_modified"),
+    ("aliases_earlier_output", "rejected", "integrity:output_aliases_earlier_output"),
+    ("stale_memory", "rejected", "integrity:stale_memory"),
+])
+def test_checks_hold_with_regenerated_inputs(regenerating_executor, problem, name, status, error_class):
+    r = evaluate(problem("tiny_relu"), (ADV / f"{name}.py").read_text(), trials=3, timing=True,
+                 executor=regenerating_executor)
+    assert (r["status"], r["error_class"]) == (status, error_class), r["error_text"]
+
+
+def test_inputs_not_reproducible_from_the_seed_are_the_problems_fault(regenerating_executor):
+    p = Problem(name="unseeded", source=textwrap.dedent('''
+        import random
+        import torch
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                return torch.relu(x * 2.0) + 1.0
+        def get_inputs():
+            return [torch.full((4, 8), random.random())]
+        def get_init_inputs():
+            return []
+    '''))
+    r = evaluate(p, RELU, trials=1, timing=False, executor=regenerating_executor)
+    assert (r["status"], r["error_class"]) == ("runtime_error", "problem")
+    assert "same seed" in r["error_text"]
+
+
+def test_exclusive_gpu_without_a_gpu_yields_none():
+    ex = LocalExecutor(cpu_workers=1)
+    with ex.exclusive_gpu(_tiny()) as gpu:
+        assert gpu is None
+    ex.shutdown()
+
+
+# -- profiling runs the candidate with the dropped capabilities ------------------------------------
+def _cap_eff(status: str) -> int:
+    line = next(ln for ln in status.splitlines() if ln.startswith("CapEff:"))
+    return int(line.split()[1], 16)
+
+
+def test_profile_target_drops_inspect_capabilities(tmp_path):
+    from kernellab.sandbox._env import _INSPECT_CAPS
+
+    mine = _cap_eff(Path("/proc/self/status").read_text())
+    if not any(mine >> c & 1 for c in _INSPECT_CAPS):
+        pytest.skip("this process holds none of CAP_SYS_PTRACE/SYS_ADMIN/PERFMON: nothing to drop")
+    # the problem's module runs inside the target before any CUDA work: it records the capabilities
+    problem = Problem(name="caps", source=textwrap.dedent('''
+        import torch
+        with open("caps.txt", "w") as f:
+            f.write(open("/proc/self/status").read())
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                return x
+        def get_inputs():
+            return [torch.randn(2)]
+        def get_init_inputs():
+            return []
+    '''))
+    (tmp_path / "job.pkl").write_bytes(pickle.dumps({"problem": problem, "source": RELU, "config": None,
+                                                     "small": True}))
+    subprocess.run([sys.executable, "-m", "kernellab.sandbox._profile_target", str(tmp_path)], cwd=ROOT,
+                   capture_output=True, text=True, timeout=300)
+    caps = _cap_eff((tmp_path / "caps.txt").read_text())
+    assert not any(caps >> c & 1 for c in _INSPECT_CAPS), hex(caps)
