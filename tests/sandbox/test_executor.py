@@ -133,8 +133,8 @@ def test_estimate_from_the_meta_device():
     ''')
     est, floor = estimate(Problem(name="meta", source=src), small=False)
     four_mib = 4 << 20
-    # 2 x params + 4 x inputs + 4 x outputs + poison (4 x (in + out)) + 256 MiB overhead
-    assert est == 2 * four_mib + 4 * 4 * four_mib + 4 * 4 * four_mib + 4 * 8 * four_mib + (256 << 20)
+    # 2 x params + 6 x inputs + 4 x outputs + poison (4 x (in + out)) + 256 MiB overhead
+    assert est == 2 * four_mib + 6 * 4 * four_mib + 4 * 4 * four_mib + 4 * 8 * four_mib + (256 << 20)
     assert floor == four_mib + 4 * four_mib + 4 * four_mib  # params, inputs, outputs
     bad = src.replace("return x * self.w", "return x[: int(x.sum().item()) % 3]")  # data-dependent
     assert estimate_bytes(Problem(name="meta2", source=bad), small=False) is None
