@@ -67,6 +67,7 @@ def test_one_timing_per_gpu_at_a_time(sandbox_executor, problem):
                 assert b <= t0 or t1 <= a, f"job {j}'s trial {(a, b)} overlapped job {i}'s timing {(t0, t1)}"
 
 
+@pytest.mark.bigmem
 def test_a_problem_with_6_gib_tensors_is_evaluated(sandbox_executor):
     """Level-1 sizes that failed with the fixed per-worker memory cap: one trial on the GPU at a time,
     reference outputs on the CPU, admission by the problem's footprint."""
