@@ -757,7 +757,7 @@ def _check_last(w: Any, state: dict, model: Any, xin: list, out: Any, d: dict) -
     atol, rtol = state["atol"], state["rtol"]
 
     def wrong(o: Any) -> str | None:
-        bad = check_structure(ref, o)
+        bad = check_structure(ref, o, device=w.device)
         if bad:
             return bad[1]
         for k, (rf, ot) in enumerate(zip(ref, output_tensors(o), strict=False)):

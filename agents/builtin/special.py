@@ -52,7 +52,10 @@ def k_{name}(x_ptr, y_ptr, NROWS, R, BLOCK_ROWS: tl.constexpr, BLOCK_R: tl.const
     if BIG:
         rows = rows.to(tl.int64)
     rmask = rows < NROWS
-    carry = tl.zeros([BLOCK_ROWS], dtype=tl.float32)
+    # fp64 sums: a scan in another order than torch's differs from it by up to ~15 fp32 ulps of the
+    # running sum at 8192 columns (1e-4 near zero crossings); in fp64 ours is exact to one rounding,
+    # and the memory-bound kernel does not notice the wider arithmetic
+    carry = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
     # the carry enters the chunk's first column before the scan, so the scan's result only feeds the
     # store: Triton 3.6 fails to compile a scan result combined with a broadcast on the GPU
     # (OptimizeThreadLocality; experiments/probes/cumsum_variants.py)
@@ -61,9 +64,9 @@ def k_{name}(x_ptr, y_ptr, NROWS, R, BLOCK_ROWS: tl.constexpr, BLOCK_R: tl.const
         cols = start + tl.arange(0, BLOCK_R)
         mask = rmask[:, None] & (cols < R)[None, :]
         offs = rows[:, None] * R + cols[None, :]
-        v = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        v = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float64)
         v = tl.where(first, v + carry[:, None], v)
-        tl.store(y_ptr + offs, tl.cumsum(v, axis=1).to(y_ptr.dtype.element_ty), mask=mask)
+        tl.store(y_ptr + offs, tl.cumsum(v, axis=1).to(tl.float32).to(y_ptr.dtype.element_ty), mask=mask)
         carry = tl.sum(v, axis=1)
 
 
