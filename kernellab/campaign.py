@@ -14,9 +14,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kernellab import env
-from kernellab.problem import Problem, load_problem
+from kernellab.problem import Problem, load_problem, small_overrides
 
-__all__ = ["CampaignConfig", "check_campaign", "start_campaign", "run_campaign", "resume_campaign", "CampaignError"]
+__all__ = ["CampaignConfig", "check_campaign", "start_campaign", "run_campaign", "resume_campaign", "CampaignError",
+           "run"]
 
 
 class CampaignError(RuntimeError):
@@ -76,11 +77,18 @@ def start_campaign(store: Any, config: CampaignConfig, name: str | None = None, 
     return store.create_campaign(name, cfg, env.device_name(device), env.versions())
 
 
-def check_campaign(config: CampaignConfig, store: Any = None, agents: Any = None) -> list[Problem]:
+def check_campaign(config: CampaignConfig, store: Any = None, agents: Any = None,
+                   problems: list[Problem] | None = None) -> list[Problem]:
     """Everything that can be wrong before any work: options, problem files, the policy, and the LLM
-    backend's key, server and model (``store`` only for ``--replay``, which reads recorded calls)."""
+    backend's key, server and model (``store`` only for ``--replay``, which reads recorded calls).
+    ``problems``: already loaded problems (the Python API's), instead of loading ``config.problems``."""
     config.validate()
-    problems = [load_problem(p) for p in config.problems]
+    if problems is None:
+        problems = [load_problem(p) for p in config.problems]
+    if (config.device or env.default_device()) == "cpu" and config.small is not False:
+        # refused in seconds, never run for minutes at full size in the interpreter
+        for p in problems:
+            small_overrides(p)
     _check_policy(config.policy)
     if config.llm != "builtin":
         from kernellab.agents.llm import PreflightError
@@ -232,3 +240,46 @@ def resume_campaign(store: Any, ref: str, progress: Any = None, executor: Any = 
             raise CampaignError(f"--usd-budget must be > 0, got {usd_budget}")
         store.update_campaign(camp["id"], config={**camp["config"], "usd_budget": usd_budget})
     return run_campaign(store, camp["id"], progress=progress, executor=executor, agents=agents)
+
+
+def run(problem: Any, example_inputs: list | tuple | None = None, *, db: str = "kernellab.db",
+        name: str | None = None, progress: bool = False, executor: Any = None, **options: Any) -> dict:
+    """Start a campaign and run it to the end of its budget: the Python form of ``kernellab run``.
+
+    ``problem``: a problem file's path, a :class:`Problem`, a ``torch.nn.Module`` (with
+    ``example_inputs``; wrapped by ``Problem.from_module``, named ``problem_name=`` or after its
+    class), or a list of paths/Problems. ``options``: the fields of :class:`CampaignConfig`
+    (``budget=``, ``llm=``, ``device=``, ...). Returns the store's summary of the campaign (its
+    ``campaign`` row, ``best`` per problem, ...); ``kernellab.load_best(db, summary["campaign"]["name"])``
+    then gives the winner. Raises ``ProblemError``/``CampaignError`` (one line) on bad input."""
+    import torch
+
+    from kernellab.store import Store
+
+    problem_name = options.pop("problem_name", None)
+    unknown = sorted(set(options) - set(CampaignConfig.__dataclass_fields__) - {"problems"})
+    if unknown:
+        raise CampaignError(f"unknown option(s) {', '.join(unknown)}; the options are the fields of CampaignConfig")
+    items = list(problem) if isinstance(problem, (list, tuple)) else [problem]
+    problems: list[Problem] = []
+    for item in items:
+        if isinstance(item, Problem):
+            problems.append(item)
+        elif isinstance(item, torch.nn.Module):
+            if example_inputs is None:
+                raise CampaignError("a model needs example_inputs (a list of its forward's arguments)")
+            problems.append(Problem.from_module(item, example_inputs, name=problem_name or type(item).__name__))
+        elif isinstance(item, (str, os.PathLike)):
+            problems.append(load_problem(item))
+        else:
+            raise CampaignError(f"cannot run a {type(item).__name__}: give a file path, a Problem or a torch.nn.Module")
+    config = CampaignConfig(problems=[p.path or p.label for p in problems], **options)
+    check_campaign(config, problems=problems)
+    store = Store(db)
+    cid = start_campaign(store, config, name=name, problems=problems)
+    if not progress:
+        return run_campaign(store, cid, executor=executor)
+    from kernellab.progress import Progress
+
+    with Progress() as prog:
+        return run_campaign(store, cid, progress=prog, executor=executor)
