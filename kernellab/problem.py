@@ -154,10 +154,10 @@ def _cpu(x: Any) -> Any:
 
 
 # -- the small instance ----------------------------------------------------------------------------
-# Caps tried in turn when a file has no SMALL: 16 first; milder ones when the shrunk instance fails
-# to build or run (a pooling window larger than the shrunk image), smaller ones when it is still
-# too large for the interpreter (a 5-D Conv3d input).
-_SHRINK_CAPS = (16, 32, 64, 8, 4)
+# Caps tried in turn when a file has no SMALL: 8 first (an interpreted conv at 16 costs ~4x more);
+# milder ones when the shrunk instance fails to build or run (a pooling window larger than the
+# shrunk image), a smaller one when it is still too large for the interpreter (a 5-D Conv3d input).
+_SHRINK_CAPS = (8, 16, 32, 64, 4)
 # Elements (inputs + parameters + outputs) above which an instance is no use on the CPU: the Triton
 # interpreter runs a kernel at roughly a microsecond per element and op, and a campaign runs each
 # candidate many times (trials, timing).
@@ -225,7 +225,7 @@ def size_constants(source: str) -> dict[str, int]:
         pairs: list[tuple[ast.expr, ast.expr]] = []
         for t in stmt.targets:
             if isinstance(t, ast.Tuple) and isinstance(stmt.value, ast.Tuple) and len(t.elts) == len(stmt.value.elts):
-                pairs += list(zip(t.elts, stmt.value.elts))  # H, W = 32, 32
+                pairs += list(zip(t.elts, stmt.value.elts, strict=True))  # H, W = 32, 32
             else:
                 pairs.append((t, stmt.value))
         for t, v in pairs:
