@@ -98,6 +98,22 @@ def _tree_rows(ctx: Context, problem_id: str, selected: list[str | None] | None 
     return rows
 
 
+def _failure_cause(ctx: Context, problem_id: str) -> str | None:
+    """Why a problem has no correct candidate, for its stop reason (None when it has one or none was
+    judged): a stop that says only "nothing new" or "budget" would hide that every candidate timed out."""
+    fulls = [e for c in ctx.store.candidates(ctx.campaign_id, problem_id)
+             for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == "full"]
+    if not fulls or any(e["status"] == "correct" for e in fulls):
+        return None
+    if all(e["status"] == "timeout" for e in fulls):
+        return f"every candidate timed out ({fulls[-1].get('error_text') or fulls[-1].get('error_class')})"
+    counts: dict[str, int] = {}
+    for e in fulls:
+        key = e.get("error_class") or e["status"]
+        counts[key] = counts.get(key, 0) + 1
+    return "no candidate was correct (" + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())) + ")"
+
+
 def _remaining(ctx: Context, problem_id: str) -> int:
     return max(0, int(ctx.config["budget"]) - len(ctx.store.candidates(ctx.campaign_id, problem_id)))
 
@@ -128,6 +144,9 @@ def build_graph(ctx: Context) -> StateGraph:
                 reason = "no new candidate in 2 rounds: the planner and coder proposed nothing new"
             if reason is None:
                 break
+            cause = _failure_cause(ctx, pid)
+            if cause:
+                reason = f"{reason}; {cause}"
             ctx.event("stop", {"problem_id": pid, "problem": ctx.problems[pid].name, "reason": reason,
                                "round": rnd, "elapsed_s": round(elapsed, 3)})
             index, rnd = index + 1, 0
