@@ -217,11 +217,11 @@ def build_graph(ctx: Context) -> StateGraph:
     def evaluate(state: CampaignState) -> dict:
         pid = pid_of(state)
         problem = ctx.problems[pid]
-        todo = [c for c in ctx.store.candidates(ctx.campaign_id, pid)
-                if not any(e["kind"] == "full" for e in ctx.store.evaluations(candidate_id=c["id"]))]
+        cands = ctx.store.candidates(ctx.campaign_id, pid)
+        todo = [c for c in cands if not any(e["kind"] == "full" for e in ctx.store.evaluations(candidate_id=c["id"]))]
         if todo:
-            if ctx.progress:
-                ctx.progress.update(in_flight=len(todo))
+            if ctx.progress:  # the tree as coded so far: the panel's budget left counts these
+                ctx.progress.update(in_flight=len(todo), tree_size=len(cands))
             for cand_id, result in ctx.evaluate_many(problem, todo):
                 ctx.store.add_evaluation(cand_id, result, kind="full")
                 if ctx.progress:

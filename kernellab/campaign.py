@@ -163,11 +163,18 @@ def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: A
 
     def evaluate_many(problem: Problem, cands: list[dict]) -> Iterator[tuple[str, dict]]:
         # evaluate() blocks on its job; threads keep several jobs in flight in the executor's pool
-        with ThreadPoolExecutor(max_workers=max(1, min(len(cands), config.width))) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, min(len(cands), config.width)))
+        try:
             futs = {pool.submit(sandbox.evaluate, problem, c["source"], small=config.small, device=device,
                                 trials=config.trials, store=store, executor=executor): c["id"] for c in cands}
             for fut in as_completed(futs):
                 yield futs[fut], fut.result()
+        except BaseException:
+            # Ctrl-C: leave the threads waiting on jobs; the executor's shutdown kills their workers
+            # (waiting here held the interrupt for as long as the slowest evaluation took)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
 
     def stop_check(pid: str, state: dict) -> str | None:
         tree = search.Tree(store, camp["id"], pid, objective=config.objective)
@@ -198,15 +205,19 @@ def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: A
                   make_tree=lambda pid: search.Tree(store, camp["id"], pid, objective=config.objective),
                   stop_check=stop_check, tune=tune, profile=profile, progress=progress)
     if progress is not None:
-        progress.update(campaign=camp["name"], problems_total=len(problems))
+        progress.update(campaign=camp["name"], problems_total=len(problems), budget_candidates=config.budget,
+                        budget_wall_s=config.time_budget_s)
     store.update_campaign(camp["id"], status="running")
     store.add_event(camp["id"], "session", {"started": True, "pid": os.getpid()})
     conn = sqlite3.connect(store.path, check_same_thread=False, timeout=60)
+    interrupted = False
     try:
         saver = SqliteSaver(conn)
         graph = build_graph(ctx).compile(checkpointer=saver)
         run_cfg = {"configurable": {"thread_id": camp["id"]}, "recursion_limit": 100_000}
         snap = graph.get_state(run_cfg)
+        if progress is not None and hasattr(progress, "seed"):  # a resumed campaign's counts start from its past
+            progress.seed(store, camp["id"], elapsed_before=(snap.values or {}).get("elapsed_s", 0.0))
         if snap.values.get("done") and not snap.next:
             pass  # finished before: nothing to do
         elif snap.values:
@@ -218,13 +229,16 @@ def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: A
                           "coded": []}, run_cfg)
         store.update_campaign(camp["id"], status="done")
     except BaseException as exc:
+        interrupted = isinstance(exc, KeyboardInterrupt)
         store.update_campaign(camp["id"], status="stopped")
         store.add_event(camp["id"], "session", {"stopped": f"{type(exc).__name__}: {exc}"[:500]})
         raise
     finally:
         conn.close()
         if own_executor:
-            executor.shutdown()
+            # on Ctrl-C kill the workers at once: a finished evaluation is already in the store and the
+            # ones in flight are run again by `resume`
+            executor.shutdown(wait=not interrupted)
     return store.summary(camp["id"])
 
 

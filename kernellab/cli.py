@@ -226,18 +226,23 @@ def _campaign_options(fn: Callable) -> Callable:
     return fn
 
 
-def _interruptible(fn: Callable[[], dict], store: Any, campaign_id: str) -> dict:
+def _interruptible(fn: Callable[[], dict], store: Any, campaign_id: str, progress: Any = None) -> dict:
     """Run a campaign; a Ctrl-C or an LLM stop (budget spent, service unavailable, replay miss) leaves
-    it saved and resumable, and says how to go on."""
+    it saved and resumable, and says how to go on (after the live panel is closed, which would
+    otherwise draw over the message)."""
     try:
         return fn()
     except KeyboardInterrupt:
+        if progress is not None:
+            progress.close()
         name = store.get_campaign(campaign_id)["name"]
         click.echo(f"kernellab: interrupted; the campaign is saved: `kernellab resume {name}`", err=True)
         sys.exit(EXIT_FAILED)
     except Exception as exc:
         if type(exc).__name__ not in ("BudgetExceeded", "LLMUnavailable", "ReplayMiss"):
             raise
+        if progress is not None:
+            progress.close()
         name = store.get_campaign(campaign_id)["name"]
         click.echo(f"kernellab: stopped: {exc}; the campaign is saved: `kernellab resume {name}`", err=True)
         sys.exit(EXIT_FAILED)
@@ -275,7 +280,7 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
     with Progress(enabled=None if not as_json else False) as progress:
-        summary = _interruptible(lambda: run_campaign(store, cid, progress=progress), store, cid)
+        summary = _interruptible(lambda: run_campaign(store, cid, progress=progress), store, cid, progress)
     _finish(summary, as_json)
 
 
@@ -299,7 +304,7 @@ def resume(campaign: str, usd_budget: float | None, db: str, as_json: bool) -> N
     try:
         with Progress(enabled=None if not as_json else False) as progress:
             summary = _interruptible(lambda: resume_campaign(store, camp["id"], progress=progress,
-                                                             usd_budget=usd_budget), store, camp["id"])
+                                                             usd_budget=usd_budget), store, camp["id"], progress)
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
     _finish(summary, as_json)

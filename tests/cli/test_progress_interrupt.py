@@ -1,0 +1,60 @@
+"""`kernellab run` seen by a newcomer: plain progress lines when stderr is not a terminal, a budget
+that counts down, and a Ctrl-C that stops within seconds with the campaign saved and said so last."""
+
+from __future__ import annotations
+
+import io
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from kernellab.progress import Progress
+
+PROBLEM = Path(__file__).resolve().parents[1] / "problems" / "kb_gemm_add_relu.py"
+
+
+def test_plain_lines_when_not_a_terminal() -> None:
+    buf = io.StringIO()
+    with Progress(console=Console(file=buf, force_terminal=False)) as p:
+        p.update(campaign="c", problems_total=1, budget_candidates=4, budget_wall_s=600)
+        p.update(problem="gemm", tree_size=1)
+        p.on_evaluation({"status": "timeout", "error_class": "timeout:compile"})
+        p.update(last="abc123 timeout")
+    out = buf.getvalue()
+    assert "problem gemm (1/1)" in out
+    assert "abc123 timeout; 1 evaluated (failures: timeout:compile 1); budget left: 3 of 4 candidates" in out
+    assert " s of 600 s" in out  # the time budget is shown, never blank
+
+
+def test_live_panel_shows_the_budget_left() -> None:
+    p = Progress(enabled=True, console=Console(file=io.StringIO(), force_terminal=True))
+    p.update(budget_candidates=8, tree_size=3)
+    buf = io.StringIO()
+    Console(file=buf, width=120).print(p._render())
+    assert "budget left: 5 of 8 candidates" in buf.getvalue()
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_within_seconds_and_says_so_last(tmp_path: Path) -> None:
+    # 3000 correctness trials keep an evaluation in flight for far longer than the interrupt may take
+    p = subprocess.Popen([sys.executable, "-m", "kernellab.cli", "run", str(PROBLEM), "--budget", "2", "--trials", "3000",
+                          "--db", "k.db"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = p.stderr.readline()
+    assert "problem kb_gemm_add_relu" in first, first  # a plain line: stderr is a pipe here
+    time.sleep(5)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=300)
+    took = time.monotonic() - t0
+    assert p.returncode == 1, err
+    assert took < 20, f"Ctrl-C took {took:.0f} s"
+    assert err.strip().splitlines()[-1].startswith("kernellab: interrupted; the campaign is saved: `kernellab resume ")
+    from kernellab.store import Store
+
+    (camp,) = Store(tmp_path / "k.db").list_campaigns()
+    assert camp["status"] == "stopped"
