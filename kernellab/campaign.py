@@ -74,7 +74,7 @@ def start_campaign(store: Any, config: CampaignConfig, name: str | None = None, 
     name = name or f"{'+'.join(p.name for p in problems)[:60]}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     cfg = asdict(config)
     cfg["problem_ids"] = [store.add_problem(p) for p in problems]
-    return store.create_campaign(name, cfg, env.device_name(device), env.versions())
+    return store.create_campaign(name, cfg, env.device_name(device), env.versions(device))
 
 
 def check_campaign(config: CampaignConfig, store: Any = None, agents: Any = None,

@@ -248,10 +248,17 @@ def _interruptible(fn: Callable[[], dict], store: Any, campaign_id: str, progres
         sys.exit(EXIT_FAILED)
 
 
-def _finish(summary: dict, as_json: bool) -> None:
+def _finish(summary: dict, as_json: bool, store: Any = None) -> None:
     from . import views
 
     emit(summary, as_json, views.print_summary)
+    if store is not None and not as_json:
+        # a problem without a correct candidate: say why it stopped (e.g. every candidate timed out)
+        won = {b["problem_id"] for b in summary["best"]}
+        for e in store.events(summary["campaign"]["id"], "stop"):
+            if e["payload"].get("problem_id") not in won:
+                click.echo(f"{e['payload'].get('problem')}: no correct candidate; stopped: {e['payload'].get('reason')}",
+                           err=True)
     sys.exit(EXIT_OK if summary["best"] else EXIT_FAILED)
 
 
@@ -281,7 +288,7 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
         raise UsageFailure(str(exc)) from None
     with Progress(enabled=None if not as_json else False) as progress:
         summary = _interruptible(lambda: run_campaign(store, cid, progress=progress), store, cid, progress)
-    _finish(summary, as_json)
+    _finish(summary, as_json, store)
 
 
 @main.command()
@@ -307,7 +314,7 @@ def resume(campaign: str, usd_budget: float | None, db: str, as_json: bool) -> N
                                                              usd_budget=usd_budget), store, camp["id"], progress)
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
-    _finish(summary, as_json)
+    _finish(summary, as_json, store)
 
 
 @main.command()

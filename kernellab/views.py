@@ -25,7 +25,7 @@ def print_campaigns(rows: list[dict]) -> None:
         return
     t = Table(title="campaigns")
     for col in ("id", "name", "status", "created", "device"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")  # ids and names whole, folded at worst, never cut
     for r in rows:
         t.add_row(r["id"], r["name"], r["status"], r["created_at"][:19], r["device"] or "")
     console.print(t)
@@ -38,14 +38,22 @@ def print_summary(s: dict) -> None:
                   f"statuses {s['statuses'] or '{}'}, LLM calls {s['llm']['calls']} "
                   f"(${s['llm']['cost_usd']:.2f})")
     t = Table(title="best correct candidate per problem")
-    for col in ("problem", "candidate", "time", "vs eager", "vs compile", "note"):
+    # names and ids whole (they are what the next command takes); other columns wrap instead
+    names = [b["problem"] or b["problem_id"] for b in s["best"]]
+    t.add_column("problem", no_wrap=True, min_width=min(48, max((len(n) for n in names), default=7)))
+    t.add_column("candidate", no_wrap=True, min_width=12)
+    interpreted = bool(s["best"]) and all(b["interpreted"] for b in s["best"])
+    # speedup columns only where a speedup can be claimed: an interpreted campaign has none
+    cols = ("time", "note") if interpreted else ("time", "vs eager", "vs compile", "note")
+    for col in cols:
         t.add_column(col)
-    for b in s["best"]:
-        note = "interpreted (CPU): no speedup claimed" if b["interpreted"] else (
-            "library only" if b["library_only"] else "")
-        t.add_row(b["problem"] or b["problem_id"], b["candidate_id"][:12], fmt_ms(b["median_ms"]),
-                  fmt_x(b["speedup_eager"]), fmt_x(b["speedup_compile"]), note)
+    for name, b in zip(names, s["best"], strict=True):
+        note = "interpreted" if b["interpreted"] else ("library only" if b["library_only"] else "")
+        speed = () if interpreted else (fmt_x(b["speedup_eager"]), fmt_x(b["speedup_compile"]))
+        t.add_row(name, b["candidate_id"][:12], fmt_ms(b["median_ms"]), *speed, note)
     console.print(t)
+    if any(b["interpreted"] for b in s["best"]):
+        console.print("interpreted: timed in the Triton interpreter on the CPU; no speedup claimed")
 
 
 def print_candidate(obj: dict, source: bool = True) -> None:
@@ -77,7 +85,7 @@ def print_candidate(obj: dict, source: bool = True) -> None:
 def print_lineage(steps: list[dict]) -> None:
     t = Table(title="lineage (root first)")
     for col in ("depth", "candidate", "action", "status", "time", "vs eager", "vs compile"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col == "candidate", min_width=12 if col == "candidate" else None)
     for s in steps:
         e = s["evaluations"][-1] if s["evaluations"] else {}
         t.add_row(str(s["depth"]), s["id"][:12], s["action"] or "(root)", e.get("status", "-"),

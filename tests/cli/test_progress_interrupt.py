@@ -58,3 +58,46 @@ def test_ctrl_c_stops_within_seconds_and_says_so_last(tmp_path: Path) -> None:
 
     (camp,) = Store(tmp_path / "k.db").list_campaigns()
     assert camp["status"] == "stopped"
+
+
+def test_summary_names_whole_at_80_columns() -> None:
+    from kernellab import views
+
+    name = "57_Conv2d_ReLU_HardSwish_and_more"
+    summary = {"campaign": {"id": "c" * 12, "name": "n", "status": "done", "device": "cpu"}, "candidates": 1,
+               "evaluations": 1, "statuses": {"correct": 1}, "llm": {"calls": 0, "cost_usd": 0.0},
+               "best": [{"problem": name, "problem_id": "p", "candidate_id": "957937efbc7064cf", "status": "correct",
+                         "median_ms": 1537.65, "speedup_eager": None, "speedup_compile": None,
+                         "interpreted": True, "library_only": False}]}
+    buf = io.StringIO()
+    old = views.console
+    views.console = Console(file=buf, width=80)
+    try:
+        views.print_summary(summary)
+    finally:
+        views.console = old
+    out = buf.getvalue()
+    assert name in out and "957937efbc70" in out and "…" not in out, out
+    assert "no speedup claimed" in out
+
+
+def test_missing_key_message_agrees_with_the_readme(tmp_path: Path) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    r = subprocess.run([sys.executable, "-m", "kernellab.cli", "run", str(PROBLEM), "--llm", "anthropic:claude-sonnet-4-5"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert r.returncode == 2
+    assert "give it to this one command" in r.stderr and "export it" not in r.stderr
+
+
+def test_versions_say_interpreter_for_a_cpu_campaign(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernellab import env
+
+    # the orchestrator never sets TRITON_INTERPRET itself; its CPU workers do
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    env.versions.cache_clear()
+    try:
+        assert env.versions("cpu")["interpreter"] is True
+    finally:
+        env.versions.cache_clear()
