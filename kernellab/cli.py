@@ -1,6 +1,6 @@
 """The ``kernellab`` command line: each command is a short function over the library.
 
-Exit codes (DESIGN.md): 0 success, 1 the work failed (e.g. no correct candidate), 2 bad usage or
+Exit codes (README.md "Commands"): 0 success, 1 the work failed (e.g. no correct candidate), 2 bad usage or
 bad input. ``--json`` on every command prints one JSON document on stdout instead of tables.
 """
 

@@ -26,7 +26,7 @@ import torch
 __all__ = ["Problem", "ProblemError", "load_problem", "content_hash", "DEFAULT_TOLERANCES", "small_overrides",
            "derive_small"]
 
-# (atol, rtol) per dtype: DESIGN.md "Evaluation".
+# (atol, rtol) per dtype, the defaults a problem's ATOL/RTOL override.
 DEFAULT_TOLERANCES = {
     "float32": (1e-4, 1e-4),
     "float16": (1e-2, 1e-2),
