@@ -81,7 +81,7 @@ def test_sigkill_at_random_moments_then_resume(tmp_path: Path) -> None:
         if p.poll() is not None:
             break
         os.kill(p.pid, signal.SIGKILL)  # the orchestrator only, as a user's kill -9 would
-        p.wait()
+        p.communicate()  # reaps it and closes its pipes (wait() left them open: ResourceWarning)
         kills += 1
         p = _kernellab("resume", "killme", "--db", db, "--json", cwd=tmp_path)
     out, err = p.communicate(timeout=900)
