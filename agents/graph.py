@@ -101,8 +101,12 @@ def _tree_rows(ctx: Context, problem_id: str, selected: list[str | None] | None 
 def _failure_cause(ctx: Context, problem_id: str) -> str | None:
     """Why a problem has no correct candidate, for its stop reason (None when it has one or none was
     judged): a stop that says only "nothing new" or "budget" would hide that every candidate timed out."""
-    fulls = [e for c in ctx.store.candidates(ctx.campaign_id, problem_id)
-             for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == "full"]
+    cands = ctx.store.candidates(ctx.campaign_id, problem_id)
+    if not cands:  # the planner or the coder failed: their error is in an event, say it here
+        errors = [e["payload"]["error"] for kind in ("plan", "code") for e in ctx.store.events(ctx.campaign_id, kind)
+                  if e["payload"].get("problem_id") == problem_id and e["payload"].get("error")]
+        return f"no candidate was written ({errors[-1][:300]})" if errors else None
+    fulls = [e for c in cands for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == "full"]
     if not fulls or any(e["status"] == "correct" for e in fulls):
         return None
     if all(e["status"] == "timeout" for e in fulls):

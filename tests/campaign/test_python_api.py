@@ -96,3 +96,20 @@ def test_stop_reason_names_timeouts(tmp_path: Path) -> None:
         executor.shutdown()
     reasons = [e["payload"]["reason"] for e in store.events(cid, "stop")]
     assert reasons and "every candidate timed out" in reasons[-1] and "exceeded its limit" in reasons[-1], reasons
+
+
+def test_stop_reason_says_why_nothing_was_written(tmp_path: Path) -> None:
+    # the from_module NameError used to end a campaign `done` with 0 candidates and no word of why
+    class BrokenPlanner:
+        def plan(self, *a, **k):
+            raise RuntimeError("the planner broke")
+
+        code = debug = analyze = plan
+
+    store = Store(tmp_path / "k.db")
+    cid = start_campaign(store, CampaignConfig(problems=[str(KB_GEMM)], **TINY), name="t",
+                         problems=[load_problem(KB_GEMM)])
+    summary = run_campaign(store, cid, agents=BrokenPlanner())
+    assert summary["candidates"] == 0
+    reasons = [e["payload"]["reason"] for e in store.events(cid, "stop")]
+    assert reasons and "no candidate was written (RuntimeError: the planner broke)" in reasons[-1], reasons
