@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kernellab import env
-from kernellab.problem import Problem, load_problem, small_overrides
+from kernellab.problem import Problem, load_problem
+from kernellab.small import small_overrides
 
 __all__ = ["CampaignConfig", "check_campaign", "start_campaign", "run_campaign", "resume_campaign", "CampaignError",
            "run"]

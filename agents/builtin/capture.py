@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from kernellab.problem import Problem, _small_or_empty, cast_inputs, torch_dtype
+from kernellab.problem import Problem, cast_inputs, torch_dtype
+from kernellab.small import small_or_empty
 
 from .ir import FLOAT_DTYPES, Dyn, Graph, Node, Ref, Sym
 from .lower import LOWERINGS, VIEW_OPS, lower_node
@@ -51,7 +52,7 @@ class CaptureError(RuntimeError):
 def capture(problem: Problem, method: str = "auto") -> Graph:
     """The problem's graph at its full size, with sizes that change under ``SMALL`` as ``Sym``."""
     graph = _capture_at(problem, small=False, method=method)
-    if _small_or_empty(problem):  # SMALL, or the derived small instance of a file without one
+    if small_or_empty(problem):  # SMALL, or the derived small instance of a file without one
         try:
             small = _capture_at(problem, small=True, method=graph.method)
             _resolve_sizes(graph, small)

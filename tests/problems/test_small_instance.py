@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from kernellab.campaign import CampaignConfig, check_campaign
-from kernellab.problem import ProblemError, load_problem, shrink, size_constants, small_overrides
+from kernellab.problem import ProblemError, load_problem
+from kernellab.small import shrink, size_constants, small_overrides
 
 HERE = Path(__file__).resolve().parent
 KB_GEMM = HERE / "kb_gemm_add_relu.py"  # KernelBench level 2 no. 76, unmodified: no SMALL, 1024x8192x8192
