@@ -101,3 +101,21 @@ def test_versions_say_interpreter_for_a_cpu_campaign(monkeypatch: pytest.MonkeyP
         assert env.versions("cpu")["interpreter"] is True
     finally:
         env.versions.cache_clear()
+
+
+def test_resumed_panel_starts_from_the_stored_counts(tmp_path: Path) -> None:
+    from kernellab.store import Store
+
+    from kernellab.problem import load_problem
+
+    store = Store(tmp_path / "k.db")
+    cid = store.create_campaign("c", {"budget": 4}, "cpu", {})
+    pid = store.add_problem(load_problem(PROBLEM))
+    for i, status in enumerate(("correct", "timeout", "timeout")):
+        cand = store.add_candidate(cid, pid, f"# candidate {i}\n", origin="builtin", action=f"a{i}")
+        store.add_evaluation(cand, {"status": status, "error_class": None if status == "correct" else "timeout:compile",
+                                    "interpreted": True, "device": "cpu"}, kind="full")
+    p = Progress(enabled=False)
+    p.seed(store, cid, elapsed_before=120.0)
+    assert p.stats.evaluated == 3 and p.stats.failures == {"timeout:compile": 2}
+    assert p.stats.elapsed >= 120.0
