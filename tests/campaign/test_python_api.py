@@ -113,3 +113,26 @@ def test_stop_reason_says_why_nothing_was_written(tmp_path: Path) -> None:
     assert summary["candidates"] == 0
     reasons = [e["payload"]["reason"] for e in store.events(cid, "stop")]
     assert reasons and "no candidate was written (RuntimeError: the planner broke)" in reasons[-1], reasons
+
+
+@pytest.mark.gpu
+def test_from_module_on_the_gpu_exports_compiled_kernels(tmp_path: Path) -> None:
+    """On a CUDA machine the export's header leaves Triton compiling for the GPU (no interpreter), and
+    the winner of a `from_module` campaign matches the model there."""
+    script = textwrap.dedent("""
+        import os, torch, kernellab
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU())
+        s = kernellab.run(model, [torch.randn(64, 256)], db="k.db", name="mine", budget=2, width=1, trials=2)
+        assert s["best"] and s["best"][0]["status"] == "correct" and not s["best"][0]["interpreted"], s
+        ModelNew = kernellab.load_best("k.db", "mine")
+        assert "TRITON_INTERPRET" not in os.environ
+        m = ModelNew().cuda()
+        x = torch.randn(64, 256, device="cuda")
+        with torch.no_grad():
+            torch.testing.assert_close(m(x), model.cuda()(x), atol=1e-2, rtol=1e-2)
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=_clean_env(), capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
