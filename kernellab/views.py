@@ -44,15 +44,18 @@ def print_summary(s: dict) -> None:
     t.add_column("candidate", no_wrap=True, min_width=12)
     interpreted = bool(s["best"]) and all(b["interpreted"] for b in s["best"])
     # speedup columns only where a speedup can be claimed: an interpreted campaign has none
-    cols = ("time", "note") if interpreted else ("time", "vs eager", "vs compile", "note")
+    # (and no note column: the line under the table says it for every row)
+    cols = ("time",) if interpreted else ("time", "vs eager", "vs compile", "note")
     for col in cols:
         t.add_column(col)
     for name, b in zip(names, s["best"], strict=True):
         note = "interpreted" if b["interpreted"] else ("library only" if b["library_only"] else "")
-        speed = () if interpreted else (fmt_x(b["speedup_eager"]), fmt_x(b["speedup_compile"]))
-        t.add_row(name, b["candidate_id"][:12], fmt_ms(b["median_ms"]), *speed, note)
+        rest = () if interpreted else (fmt_x(b["speedup_eager"]), fmt_x(b["speedup_compile"]), note)
+        t.add_row(name, b["candidate_id"][:12], fmt_ms(b["median_ms"]), *rest)
     console.print(t)
-    if any(b["interpreted"] for b in s["best"]):
+    if interpreted:
+        console.print("times are interpreted (Triton interpreter on the CPU): no speedup claimed")
+    elif any(b["interpreted"] for b in s["best"]):
         console.print("interpreted: timed in the Triton interpreter on the CPU; no speedup claimed")
 
 
