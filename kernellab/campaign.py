@@ -265,7 +265,8 @@ def run(problem: Any, example_inputs: list | tuple | None = None, *, db: str = "
     ``example_inputs``; wrapped by ``Problem.from_module``, named ``problem_name=`` or after its
     class), or a list of paths/Problems. ``options``: the fields of :class:`CampaignConfig`
     (``budget=``, ``llm=``, ``device=``, ...). Returns the store's summary of the campaign (its
-    ``campaign`` row, ``best`` per problem, ...); ``kernellab.load_best(db, summary["campaign"]["name"])``
+    ``campaign`` row, ``best`` per problem, ...) and ``stops`` (problem -> why it stopped);
+    ``kernellab.load_best(db, summary["campaign"]["name"])``
     then gives the winner. Raises ``ProblemError``/``CampaignError`` (one line) on bad input."""
     import torch
 
@@ -293,8 +294,13 @@ def run(problem: Any, example_inputs: list | tuple | None = None, *, db: str = "
     store = Store(db)
     cid = start_campaign(store, config, name=name, problems=problems)
     if not progress:
-        return run_campaign(store, cid, executor=executor)
-    from kernellab.progress import Progress
+        summary = run_campaign(store, cid, executor=executor)
+    else:
+        from kernellab.progress import Progress
 
-    with Progress() as prog:
-        return run_campaign(store, cid, progress=prog, executor=executor)
+        with Progress() as prog:
+            summary = run_campaign(store, cid, progress=prog, executor=executor)
+    # why each problem stopped: the one place a caller without a terminal learns that, e.g., every
+    # candidate timed out
+    summary["stops"] = {e["payload"].get("problem"): e["payload"].get("reason") for e in store.events(cid, "stop")}
+    return summary

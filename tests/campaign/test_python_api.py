@@ -33,6 +33,7 @@ def test_run_unmodified_kernelbench_file(tmp_path: Path) -> None:
     assert summary["campaign"]["status"] == "done"
     assert summary["best"] and summary["best"][0]["status"] == "correct"
     assert summary["best"][0]["interpreted"]
+    assert summary["stops"]["kb_gemm_add_relu"]  # why it stopped, without reading the store
 
 
 @pytest.mark.slow
