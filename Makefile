@@ -25,8 +25,10 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+# the README's `kernellab ...` commands need the venv's bin/ on PATH: say how, after the demo
 demo: $(VENV)/.installed
 	$(PY) -m kernellab.demo
+	@echo "the kernellab command is $(VENV)/bin/kernellab: run \`source $(VENV)/bin/activate\` to use \`kernellab ...\` as in README.md"
 
 test: $(VENV)/.installed
 	TRITON_INTERPRET=1 $(PY) -m pytest -m "not gpu" -q

@@ -105,6 +105,26 @@ def _tree_rows(ctx: Context, problem_id: str, selected: list[str | None] | None 
     return rows
 
 
+def _failure_cause(ctx: Context, problem_id: str) -> str | None:
+    """Why a problem has no correct candidate, for its stop reason (None when it has one or none was
+    judged): a stop that says only "nothing new" or "budget" would hide that every candidate timed out."""
+    cands = ctx.store.candidates(ctx.campaign_id, problem_id)
+    if not cands:  # the planner or the coder failed: their error is in an event, say it here
+        errors = [e["payload"]["error"] for kind in ("plan", "code") for e in ctx.store.events(ctx.campaign_id, kind)
+                  if e["payload"].get("problem_id") == problem_id and e["payload"].get("error")]
+        return f"no candidate was written ({errors[-1][:300]})" if errors else None
+    fulls = [e for c in cands for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == "full"]
+    if not fulls or any(e["status"] == "correct" for e in fulls):
+        return None
+    if all(e["status"] == "timeout" for e in fulls):
+        return f"every candidate timed out ({fulls[-1].get('error_text') or fulls[-1].get('error_class')})"
+    counts: dict[str, int] = {}
+    for e in fulls:
+        key = e.get("error_class") or e["status"]
+        counts[key] = counts.get(key, 0) + 1
+    return "no candidate was correct (" + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())) + ")"
+
+
 def _remaining(ctx: Context, problem_id: str) -> int:
     return max(0, int(ctx.config["budget"]) - len(ctx.store.candidates(ctx.campaign_id, problem_id)))
 
@@ -135,6 +155,9 @@ def build_graph(ctx: Context) -> StateGraph:
                 reason = "no new candidate in 2 rounds: the planner and coder proposed nothing new"
             if reason is None:
                 break
+            cause = _failure_cause(ctx, pid)
+            if cause:
+                reason = f"{reason}; {cause}"
             ctx.event("stop", {"problem_id": pid, "problem": ctx.problems[pid].name, "reason": reason,
                                "round": rnd, "elapsed_s": round(elapsed, 3)})
             index, rnd = index + 1, 0
@@ -205,12 +228,12 @@ def build_graph(ctx: Context) -> StateGraph:
     def evaluate(state: CampaignState) -> dict:
         pid = pid_of(state)
         problem = ctx.problems[pid]
-        todo = [c for c in ctx.store.candidates(ctx.campaign_id, pid)
-                if ctx.infra_failures.get(c["id"], 0) < MAX_INFRA
+        cands = ctx.store.candidates(ctx.campaign_id, pid)
+        todo = [c for c in cands if ctx.infra_failures.get(c["id"], 0) < MAX_INFRA
                 and not any(e["kind"] == "full" for e in ctx.store.evaluations(candidate_id=c["id"]))]
         if todo:
-            if ctx.progress:
-                ctx.progress.update(in_flight=len(todo))
+            if ctx.progress:  # the tree as coded so far: the panel's budget left counts these
+                ctx.progress.update(in_flight=len(todo), tree_size=len(cands))
             for cand_id, result in ctx.evaluate_many(problem, todo):
                 if is_infra(result):
                     # not the candidate's verdict: no `full` row (so no debugger either), tried again later

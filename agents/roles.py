@@ -34,7 +34,7 @@ class Proposal:
 
 @dataclass
 class Code:
-    """The coder's answer: one complete candidate file (DESIGN.md "Candidate contract")."""
+    """The coder's answer: one complete candidate file (README.md "A problem, a candidate")."""
 
     source: str
     action: str  # short human-readable description of the change from the parent
@@ -74,7 +74,7 @@ class Agents(Protocol):
     ``analysis`` key (the analyst's latest Analysis dict or None); ``reference`` is the profile of
     the reference model (``{"ops": [{"name", "ms", "share"}], "eager_ms", "compile_ms"}``).
 
-    Selection happens before planning (DESIGN.md: select -> plan): the rows the search policy picked
+    Selection happens before planning (the graph: select -> plan): the rows the search policy picked
     for expansion carry ``selected: True``; ``plan`` proposes up to ``k`` expansions of those rows
     (``parent_id`` one of them). An empty tree means "start": propose seeds (``parent_id=None``)."""
 

@@ -1,5 +1,8 @@
 """kernellab: a multi-agent research system that makes PyTorch models faster by writing, checking,
-tuning and profiling GPU kernels. See README.md and DESIGN.md."""
+tuning and profiling GPU kernels. See README.md and docs/ARCHITECTURE.md.
+
+Python API: ``run`` (a campaign over a file, a Problem or a model), ``load_best`` (the winner's
+``ModelNew`` class), ``load_problem``, ``Problem.from_module``; ``kernellab.export`` writes the winner's file."""
 
 from __future__ import annotations
 
@@ -12,8 +15,9 @@ _root = _pathlib.Path(__file__).resolve().parent.parent
 if (_root / "pyproject.toml").is_file() and (_root / "store" / "_schema.py").is_file():
     __path__.append(str(_root))  # noqa: F821 - the package's own __path__
 
+from .campaign import run  # noqa: E402
 from .export import load_best  # noqa: E402
 from .problem import Problem, ProblemError, load_problem  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["Problem", "ProblemError", "load_problem", "load_best", "__version__"]
+__all__ = ["Problem", "ProblemError", "load_problem", "load_best", "run", "__version__"]

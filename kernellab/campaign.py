@@ -25,9 +25,10 @@ from typing import Any
 
 from kernellab import env
 from kernellab.problem import Problem, load_problem
+from kernellab.small import small_overrides
 
 __all__ = ["CampaignConfig", "check_campaign", "start_campaign", "run_campaign", "resume_campaign", "CampaignError",
-           "CampaignBusy", "campaign_lock", "retime_winners"]
+           "CampaignBusy", "campaign_lock", "retime_winners", "run"]
 
 
 class CampaignError(RuntimeError):
@@ -88,14 +89,21 @@ def start_campaign(store: Any, config: CampaignConfig, name: str | None = None, 
     name = name or f"{'+'.join(p.name for p in problems)[:60]}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     cfg = asdict(config)
     cfg["problem_ids"] = [store.add_problem(p) for p in problems]
-    return store.create_campaign(name, cfg, env.device_name(device), env.versions())
+    return store.create_campaign(name, cfg, env.device_name(device), env.versions(device))
 
 
-def check_campaign(config: CampaignConfig, store: Any = None, agents: Any = None) -> list[Problem]:
+def check_campaign(config: CampaignConfig, store: Any = None, agents: Any = None,
+                   problems: list[Problem] | None = None) -> list[Problem]:
     """Everything that can be wrong before any work: options, problem files, the policy, and the LLM
-    backend's key, server and model (``store`` only for ``--replay``, which reads recorded calls)."""
+    backend's key, server and model (``store`` only for ``--replay``, which reads recorded calls).
+    ``problems``: already loaded problems (the Python API's), instead of loading ``config.problems``."""
     config.validate()
-    problems = [load_problem(p) for p in config.problems]
+    if problems is None:
+        problems = [load_problem(p) for p in config.problems]
+    if (config.device or env.default_device()) == "cpu" and config.small is not False:
+        # refused in seconds, never run for minutes at full size in the interpreter
+        for p in problems:
+            small_overrides(p)
     _check_policy(config.policy)
     if config.llm != "builtin":
         from kernellab.agents.llm import PreflightError
@@ -176,11 +184,18 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
 
     def evaluate_many(problem: Problem, cands: list[dict]) -> Iterator[tuple[str, dict]]:
         # evaluate() blocks on its job; threads keep several jobs in flight in the executor's pool
-        with ThreadPoolExecutor(max_workers=max(1, min(len(cands), config.width))) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, min(len(cands), config.width)))
+        try:
             futs = {pool.submit(sandbox.evaluate, problem, c["source"], small=config.small, device=device,
                                 trials=config.trials, store=store, executor=executor): c["id"] for c in cands}
             for fut in as_completed(futs):
                 yield futs[fut], fut.result()
+        except BaseException:
+            # Ctrl-C: leave the threads waiting on jobs; the executor's shutdown kills their workers
+            # (waiting here held the interrupt for as long as the slowest evaluation took)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
 
     def stop_check(pid: str, state: dict) -> str | None:
         tree = search.Tree(store, camp["id"], pid, objective=config.objective)
@@ -215,15 +230,19 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
                   make_tree=lambda pid: search.Tree(store, camp["id"], pid, objective=config.objective),
                   stop_check=stop_check, tune=tune, profile=profile, progress=progress)
     if progress is not None:
-        progress.update(campaign=camp["name"], problems_total=len(problems))
+        progress.update(campaign=camp["name"], problems_total=len(problems), budget_candidates=config.budget,
+                        budget_wall_s=config.time_budget_s)
     store.update_campaign(camp["id"], status="running")
     store.add_event(camp["id"], "session", {"started": True, "pid": os.getpid()})
     conn = sqlite3.connect(store.path, check_same_thread=False, timeout=60)
+    interrupted = False
     try:
         saver = SqliteSaver(conn)
         graph = build_graph(ctx).compile(checkpointer=saver)
         run_cfg = {"configurable": {"thread_id": camp["id"]}, "recursion_limit": 100_000}
         snap = graph.get_state(run_cfg)
+        if progress is not None and hasattr(progress, "seed"):  # a resumed campaign's counts start from its past
+            progress.seed(store, camp["id"], elapsed_before=(snap.values or {}).get("elapsed_s", 0.0))
         if snap.values.get("done") and not snap.next:
             pass  # finished before: nothing to do
         elif snap.values:
@@ -240,13 +259,16 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
         store.add_event(camp["id"], "retime", {"problems": retimed})
         store.update_campaign(camp["id"], status="done")
     except BaseException as exc:
+        interrupted = isinstance(exc, KeyboardInterrupt)
         store.update_campaign(camp["id"], status="stopped")
         store.add_event(camp["id"], "session", {"stopped": f"{type(exc).__name__}: {exc}"[:500]})
         raise
     finally:
         conn.close()
         if own_executor:
-            executor.shutdown()
+            # on Ctrl-C kill the workers at once: a finished evaluation is already in the store and the
+            # ones in flight are run again by `resume`
+            executor.shutdown(wait=not interrupted)
     return store.summary(camp["id"])
 
 
@@ -435,3 +457,52 @@ def _band(result: dict) -> dict:
               and b.get("p20_ms") is not None and p80 is not None)
         band[f"win_{base}"] = bool(p80 < b["p20_ms"]) if ok else None
     return band
+
+
+def run(problem: Any, example_inputs: list | tuple | None = None, *, db: str = "kernellab.db",
+        name: str | None = None, progress: bool = False, executor: Any = None, **options: Any) -> dict:
+    """Start a campaign and run it to the end of its budget: the Python form of ``kernellab run``.
+
+    ``problem``: a problem file's path, a :class:`Problem`, a ``torch.nn.Module`` (with
+    ``example_inputs``; wrapped by ``Problem.from_module``, named ``problem_name=`` or after its
+    class), or a list of paths/Problems. ``options``: the fields of :class:`CampaignConfig`
+    (``budget=``, ``llm=``, ``device=``, ...). Returns the store's summary of the campaign (its
+    ``campaign`` row, ``best`` per problem, ...) and ``stops`` (problem -> why it stopped);
+    ``kernellab.load_best(db, summary["campaign"]["name"])``
+    then gives the winner. Raises ``ProblemError``/``CampaignError`` (one line) on bad input."""
+    import torch
+
+    from kernellab.store import Store
+
+    problem_name = options.pop("problem_name", None)
+    unknown = sorted(set(options) - set(CampaignConfig.__dataclass_fields__) - {"problems"})
+    if unknown:
+        raise CampaignError(f"unknown option(s) {', '.join(unknown)}; the options are the fields of CampaignConfig")
+    items = list(problem) if isinstance(problem, (list, tuple)) else [problem]
+    problems: list[Problem] = []
+    for item in items:
+        if isinstance(item, Problem):
+            problems.append(item)
+        elif isinstance(item, torch.nn.Module):
+            if example_inputs is None:
+                raise CampaignError("a model needs example_inputs (a list of its forward's arguments)")
+            problems.append(Problem.from_module(item, example_inputs, name=problem_name or type(item).__name__))
+        elif isinstance(item, (str, os.PathLike)):
+            problems.append(load_problem(item))
+        else:
+            raise CampaignError(f"cannot run a {type(item).__name__}: give a file path, a Problem or a torch.nn.Module")
+    config = CampaignConfig(problems=[p.path or p.label for p in problems], **options)
+    check_campaign(config, problems=problems)
+    store = Store(db)
+    cid = start_campaign(store, config, name=name, problems=problems)
+    if not progress:
+        summary = run_campaign(store, cid, executor=executor)
+    else:
+        from kernellab.progress import Progress
+
+        with Progress() as prog:
+            summary = run_campaign(store, cid, progress=prog, executor=executor)
+    # why each problem stopped: the one place a caller without a terminal learns that, e.g., every
+    # candidate timed out
+    summary["stops"] = {e["payload"].get("problem"): e["payload"].get("reason") for e in store.events(cid, "stop")}
+    return summary

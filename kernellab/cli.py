@@ -1,6 +1,6 @@
 """The ``kernellab`` command line: each command is a short function over the library.
 
-Exit codes (DESIGN.md): 0 success, 1 the work failed (e.g. no correct candidate), 2 bad usage or
+Exit codes (README.md "Commands"): 0 success, 1 the work failed (e.g. no correct candidate), 2 bad usage or
 bad input. ``--json`` on every command prints one JSON document on stdout instead of tables.
 """
 
@@ -231,27 +231,39 @@ def _campaign_options(fn: Callable) -> Callable:
     return fn
 
 
-def _interruptible(fn: Callable[[], dict], store: Any, campaign_id: str) -> dict:
+def _interruptible(fn: Callable[[], dict], store: Any, campaign_id: str, progress: Any = None) -> dict:
     """Run a campaign; a Ctrl-C or an LLM stop (budget spent, service unavailable, replay miss) leaves
-    it saved and resumable, and says how to go on."""
+    it saved and resumable, and says how to go on (after the live panel is closed, which would
+    otherwise draw over the message)."""
     try:
         return fn()
     except KeyboardInterrupt:
+        if progress is not None:
+            progress.close()
         name = store.get_campaign(campaign_id)["name"]
         click.echo(f"kernellab: interrupted; the campaign is saved: `kernellab resume {name}`", err=True)
         sys.exit(EXIT_FAILED)
     except Exception as exc:
         if type(exc).__name__ not in ("BudgetExceeded", "LLMUnavailable", "ReplayMiss", "SandboxUnavailable"):
             raise
+        if progress is not None:
+            progress.close()
         name = store.get_campaign(campaign_id)["name"]
         click.echo(f"kernellab: stopped: {exc}; the campaign is saved: `kernellab resume {name}`", err=True)
         sys.exit(EXIT_FAILED)
 
 
-def _finish(summary: dict, as_json: bool) -> None:
+def _finish(summary: dict, as_json: bool, store: Any = None) -> None:
     from . import views
 
     emit(summary, as_json, views.print_summary)
+    if store is not None and not as_json:
+        # a problem without a correct candidate: say why it stopped (e.g. every candidate timed out)
+        won = {b["problem_id"] for b in summary["best"]}
+        for e in store.events(summary["campaign"]["id"], "stop"):
+            if e["payload"].get("problem_id") not in won:
+                click.echo(f"{e['payload'].get('problem')}: no correct candidate; stopped: {e['payload'].get('reason')}",
+                           err=True)
     sys.exit(EXIT_OK if summary["best"] else EXIT_FAILED)
 
 
@@ -281,10 +293,10 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
         raise UsageFailure(str(exc)) from None
     try:
         with Progress(enabled=None if not as_json else False) as progress:
-            summary = _interruptible(lambda: run_campaign(store, cid, progress=progress), store, cid)
+            summary = _interruptible(lambda: run_campaign(store, cid, progress=progress), store, cid, progress)
     except CampaignError as exc:  # e.g. CampaignBusy: resumed by another process already
         raise UsageFailure(str(exc)) from None
-    _finish(summary, as_json)
+    _finish(summary, as_json, store)
 
 
 @main.command()
@@ -307,10 +319,10 @@ def resume(campaign: str, usd_budget: float | None, db: str, as_json: bool) -> N
     try:
         with Progress(enabled=None if not as_json else False) as progress:
             summary = _interruptible(lambda: resume_campaign(store, camp["id"], progress=progress,
-                                                             usd_budget=usd_budget), store, camp["id"])
+                                                             usd_budget=usd_budget), store, camp["id"], progress)
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
-    _finish(summary, as_json)
+    _finish(summary, as_json, store)
 
 
 @main.command()

@@ -50,7 +50,9 @@ def git_commit() -> str | None:
 
 
 @functools.cache
-def versions() -> dict:
+def versions(device: str | None = None) -> dict:
+    """Software versions; ``interpreter`` says whether Triton kernels run in its interpreter: always on
+    a campaign's CPU device (the sandbox workers set TRITON_INTERPRET there, not this process)."""
     import torch
 
     out = {"python": platform.python_version(), "torch": torch.__version__,
@@ -74,7 +76,7 @@ def versions() -> dict:
                 capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
         except Exception:
             out["driver"] = None
-    out["interpreter"] = os.environ.get("TRITON_INTERPRET") == "1"
+    out["interpreter"] = os.environ.get("TRITON_INTERPRET") == "1" or (device or default_device()) == "cpu"
     return out
 
 

@@ -13,11 +13,14 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import os
 import re
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from kernellab.fileio import write_atomic
 
@@ -162,7 +165,22 @@ def export_source(store: Any, campaign: str, problem: str | None = None) -> str:
         fut, rest = _split_future(part)
         future += [f for f in fut if f not in future]
         body.append(rest.strip("\n") + "\n")
-    return _header(b) + "".join(f + "\n" for f in future) + "\n" + "\n\n".join(body)
+    return _header(b) + "".join(f + "\n" for f in future) + "\n" + _INTERPRETER + "\n\n" + "\n\n".join(body)
+
+
+# Triton decides at ``@triton.jit`` time whether a kernel is compiled for a GPU or interpreted, so the
+# choice is made before the candidate's kernels are defined; on a machine without a CUDA device the
+# only way to run them is the interpreter ("0 active drivers" otherwise).
+_INTERPRETER = """\
+# kernellab export: without a CUDA device the Triton kernels below run in the Triton interpreter
+# (slow, for checking on a laptop); set TRITON_INTERPRET yourself to override this choice.
+import os as _os
+
+import torch as _torch
+
+if "TRITON_INTERPRET" not in _os.environ and not _torch.cuda.is_available():
+    _os.environ["TRITON_INTERPRET"] = "1"
+"""
 
 
 def _safe(name: str) -> str:
@@ -183,9 +201,15 @@ def load_best(db: Any, campaign: str, problem: str | None = None) -> type:
 
     Triton reads a kernel's source from its file, so the export is written to a file (named by the
     hash of its text, under the temp directory) and imported from there, not exec'd from a string.
+    Without a CUDA device (and no ``TRITON_INTERPRET`` set) the file's header switches Triton to its
+    interpreter before the kernels are defined, and this says so on stderr.
     """
     store = _open(db)
     text = export_source(store, campaign, problem)
+    if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+        # the file's own header makes the same choice; said once here, where the user did not read it
+        print("kernellab: no CUDA device: the exported kernels run in the Triton interpreter "
+              "(TRITON_INTERPRET=1)", file=sys.stderr)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     name = f"kernellab_best_{digest}"
     if name in sys.modules:

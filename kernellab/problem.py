@@ -8,6 +8,7 @@ that ``SMALL`` rewrites never leak between users.
 from __future__ import annotations
 
 import ast
+import base64
 import contextlib
 import hashlib
 import io
@@ -23,7 +24,7 @@ import torch
 
 __all__ = ["Problem", "ProblemError", "load_problem", "content_hash", "DEFAULT_TOLERANCES", "MODES", "apply_mode", "declared_mode"]
 
-# (atol, rtol) per dtype: DESIGN.md "Evaluation".
+# (atol, rtol) per dtype, the defaults a problem's ATOL/RTOL override.
 DEFAULT_TOLERANCES = {
     "float32": (1e-4, 1e-4),
     "float16": (1e-2, 1e-2),
@@ -79,20 +80,17 @@ class Problem:
 
     # -- module access -------------------------------------------------------------------------
     def module(self, small: bool = False) -> types.ModuleType:
-        """Execute the source into a fresh module; with ``small`` apply the ``SMALL`` constants."""
-        mod = types.ModuleType(f"kernellab_problem_{self.name}")
-        mod.__file__ = self.path or f"<{self.name}>"
-        if self.artifacts:
-            mod.__dict__["KERNELLAB_ARTIFACTS"] = self.artifacts
-        code = compile(self.source, mod.__file__, "exec")
-        exec(code, mod.__dict__)
-        if small:
-            for key, value in (getattr(mod, "SMALL", None) or {}).items():
-                setattr(mod, key, value)
-        return mod
+        """Execute the source into a fresh module; with ``small`` execute it with the small
+        instance's constants (``SMALL``, or the derived shrink of :func:`derive_small`) in place of
+        the file's own, so that constants computed from them (``bias_shape = (out, 1, 1)``) follow."""
+        from kernellab.small import execute, small_overrides
+
+        return execute(self, small_overrides(self) if small else None)
 
     # -- numerics settings ---------------------------------------------------------------------
     def settings(self, mod: types.ModuleType | None = None) -> dict[str, Any]:
+        from kernellab.small import small_or_empty
+
         mod = mod or self.module()
         dtype = getattr(mod, "DTYPE", "float32")
         atol, rtol = DEFAULT_TOLERANCES.get(dtype, (1e-4, 1e-4))
@@ -100,7 +98,7 @@ class Problem:
             "dtype": dtype,
             "atol": float(getattr(mod, "ATOL", atol)),
             "rtol": float(getattr(mod, "RTOL", rtol)),
-            "small": dict(getattr(mod, "SMALL", None) or {}),
+            "small": dict(getattr(mod, "SMALL", None) or small_or_empty(self)),
             "mode": getattr(mod, "MODE", "train"),
         }
 
@@ -132,23 +130,29 @@ class Problem:
             tol += f"ATOL = {float(atol)!r}\n"
         if rtol is not None:
             tol += f"RTOL = {float(rtol)!r}\n"
-        source = _FROM_MODULE_TEMPLATE.format(digest=content_hash(blob, n=32), tol=tol)
-        problem = cls(name=name, source=source, path=None, artifacts={"model.pt": blob})
+        # the model travels inside the source (base64), so the store's copy of the source, a resumed
+        # campaign, a sandbox worker and an export all rebuild it without anything else
+        source = _FROM_MODULE_TEMPLATE.format(digest=content_hash(blob, n=32), tol=tol,
+                                              blob=base64.b64encode(blob).decode("ascii"))
+        problem = cls(name=name, source=source, path=None)
         validate(problem)
         return problem
 
 
 _FROM_MODULE_TEMPLATE = '''"""A model wrapped by kernellab.Problem.from_module (artifact sha256 prefix {digest})."""
+import base64
+import copy
 import io
 import torch
 {tol}
-_STATE = torch.load(io.BytesIO(KERNELLAB_ARTIFACTS["model.pt"]), weights_only=False)
+_MODEL_PT = "{blob}"
+_STATE = torch.load(io.BytesIO(base64.b64decode(_MODEL_PT)), weights_only=False)
 
 
 class Model(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.inner = _STATE["model"]
+        self.inner = copy.deepcopy(_STATE["model"])  # each instance its own weights, moved on its own
 
     def forward(self, *args):
         return self.inner(*args)
@@ -237,8 +241,20 @@ def validate(problem: Problem, run: bool = True) -> None:
         if unknown:
             raise ProblemError(f"{label}: SMALL names {', '.join(map(repr, unknown))}, not a module constant of the file")
     if run:
+        from kernellab.small import small_overrides
+
+        try:
+            small_overrides(problem)
+        except ProblemError:
+            # no small instance: check at full size on the meta device (shapes only, nothing allocated);
+            # a CPU campaign refuses such a problem (kernellab.campaign.check_campaign)
+            with torch.no_grad(), torch.device("meta"):
+                inst = instantiate(problem, small=False, seed=0, device="meta")
+                with contextlib.suppress(Exception):  # ops without a meta kernel: the GPU run will tell
+                    inst.model(*inst.inputs)
+            return
         with torch.no_grad():
-            instantiate(problem, small=small is not None, seed=0, device="cpu", check=True)
+            instantiate(problem, small=True, seed=0, device="cpu", check=True)
 
 
 @dataclass

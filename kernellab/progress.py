@@ -1,12 +1,13 @@
-"""Live progress of a campaign: a rich panel on a TTY, silence otherwise (scripts use ``--json``)."""
+"""Live progress of a campaign: a rich panel on a TTY, one plain line per event otherwise (a log
+file, CI, a pipe), nothing with ``enabled=False`` (``--json``)."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -26,39 +27,84 @@ class Stats:
     best_compile: float | None = None
     interpreted: bool = False
     failures: Counter = field(default_factory=Counter)
-    budget: str = ""
+    budget_candidates: int | None = None  # per problem
+    budget_wall_s: float | None = None  # for the whole campaign
+    elapsed_before: float = 0.0  # active seconds of earlier sessions (a resumed campaign)
     llm_tokens: int = 0
     llm_usd: float = 0.0
     last: str = ""
     started: float = field(default_factory=time.monotonic)
 
+    @property
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.monotonic() - self.started
+
+    def budget_left(self) -> str:
+        parts = []
+        if self.budget_candidates is not None:
+            parts.append(f"{max(0, self.budget_candidates - self.tree_size)} of {self.budget_candidates} candidates "
+                         "for this problem")
+        if self.budget_wall_s is not None:
+            parts.append(f"{max(0.0, self.budget_wall_s - self.elapsed):.0f} s of {self.budget_wall_s:g} s")
+        return ", ".join(parts) or "no budget set"
+
 
 class Progress:
-    """Thread-safe; the campaign runner calls the ``on_*`` hooks. ``enabled=None`` = only on a TTY."""
+    """Thread-safe; the campaign runner calls ``update``/``on_evaluation``. ``enabled=None``: the
+    panel on a TTY, plain lines otherwise; ``True``: the panel; ``False``: silent."""
 
-    def __init__(self, enabled: bool | None = None, console: Console | None = None):
+    def __init__(self, enabled: bool | None = None, console: Console | None = None, plain: bool | None = None):
         self.console = console or Console(stderr=True)
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        tty = self.console.is_terminal
+        self.enabled = True if enabled is None else enabled
+        self.plain = (not tty if enabled is None else False) if plain is None else plain
         self.stats = Stats()
         self._lock = threading.Lock()
         self._live: Live | None = None
 
     def __enter__(self) -> Progress:
-        if self.enabled:
+        if self.enabled and not self.plain:
             self._live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
             self._live.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the live panel (its last state stays on screen); what is printed after stays visible."""
         if self._live is not None:
             self._live.update(self._render())
             self._live.__exit__(None, None, None)
             self._live = None
 
+    def seed(self, store: Any, campaign_id: str, elapsed_before: float = 0.0) -> None:
+        """Counts of the work done before this session, so that a resumed campaign's panel starts from them."""
+        evals = [e for e in store.evaluations(campaign_id=campaign_id) if e["kind"] == "full"]
+        with self._lock:
+            s = self.stats
+            s.evaluated = len(evals)
+            s.failures = Counter(e.get("error_class") or e["status"] for e in evals if e["status"] != "correct")
+            s.interpreted = any(e["interpreted"] for e in evals)
+            s.problems_done = len({e["payload"].get("problem_id") for e in store.events(campaign_id, "stop")})
+            s.elapsed_before = float(elapsed_before or 0.0)
+        self._refresh()
+
     def update(self, **kw: object) -> None:
         with self._lock:
+            before = (self.stats.problem, self.stats.problems_done)
             for k, v in kw.items():
                 setattr(self.stats, k, v)
+        if self.plain and self.enabled:
+            s = self.stats
+            if "problem" in kw and kw["problem"] != before[0]:
+                self._line(f"problem {s.problem} ({s.problems_done + 1}/{s.problems_total})")
+            if "problems_done" in kw and kw["problems_done"] != before[1]:
+                self._line(f"{s.problems_done}/{s.problems_total} problems done")
+            if kw.get("last"):
+                fails = ", ".join(f"{k} {v}" for k, v in s.failures.most_common())
+                self._line(f"{s.problem}: {s.last}; {s.evaluated} evaluated"
+                           + (f" (failures: {fails})" if fails else "") + f"; budget left: {s.budget_left()}")
         self._refresh()
 
     def on_evaluation(self, result: dict) -> None:
@@ -75,6 +121,9 @@ class Progress:
                     setattr(s, attr, v)
         self._refresh()
 
+    def _line(self, text: str) -> None:
+        print(f"kernellab [{self.stats.elapsed:6.0f} s] {text}", file=self.console.file, flush=True)
+
     def _refresh(self) -> None:
         if self._live is not None:
             self._live.update(self._render())
@@ -84,7 +133,6 @@ class Progress:
         t = Table(title=f"kernellab campaign {s.campaign}", show_header=False, expand=False)
         t.add_column(style="bold")
         t.add_column()
-        elapsed = time.monotonic() - s.started
         t.add_row("problem", f"{s.problem} ({s.problems_done}/{s.problems_total} done)")
         t.add_row("candidates", f"{s.tree_size} in the tree, {s.evaluated} evaluated, {s.in_flight} in flight")
         if s.interpreted:
@@ -93,7 +141,7 @@ class Progress:
             fx = lambda v: "-" if v is None else f"{v:.2f}x"
             t.add_row("best", f"{fx(s.best_eager)} vs eager, {fx(s.best_compile)} vs torch.compile")
         t.add_row("failures", ", ".join(f"{k} {v}" for k, v in s.failures.most_common()) or "none")
-        t.add_row("time", f"{elapsed:.0f} s elapsed; budget left: {s.budget}")
+        t.add_row("time", f"{s.elapsed:.0f} s elapsed; budget left: {s.budget_left()}")
         t.add_row("LLM", f"{s.llm_tokens} tokens, ${s.llm_usd:.2f}")
         if s.last:
             t.add_row("last", s.last[:100])

@@ -36,10 +36,10 @@ from . import _svg
 
 __all__ = ["render", "write", "CEILINGS", "SECTIONS"]
 
-# DESIGN.md "Measured ceilings of the reference GPU" (H200, torch 2.11, one run each). bf16 was
+# The measured ceilings of the reference GPU (H200, torch 2.11, one run each). bf16 was
 # measured at 700-757 TFLOP/s over n = 4096-8192: the roof is drawn at the best measurement.
 CEILINGS: dict[str, Any] = {
-    "device": "H200 (DESIGN.md, measured once each)",
+    "device": "the reference GPU, an H200 (torch 2.11, measured once each)",
     "copy_bytes_per_s": 4.22e12,
     "peaks": {"fp32 (cuBLAS)": 51e12, "tf32 (cuBLAS)": 355e12, "bf16 (cuBLAS)": 757e12},
 }
@@ -384,7 +384,9 @@ def _sec_roofline(p: dict, store: Any) -> str:
         "no roofline metrics recorded (ncu missing, not permitted, or no candidate profiled)"
     skipped = sorted({s for s in p.get("profile_skips", []) if s})
     said = "".join(f"<li>{escape(str(s))}</li>" for s in skipped)
-    return _svg.empty(f"no roofline: {why}") + (f"<p>The profiler said:</p><ul>{said}</ul>" if said else "") + ceil
+    # an interpreted (CPU) campaign ran on no GPU at all: a GPU's ceilings would say nothing true about it
+    return (_svg.empty(f"no roofline: {why}") + (f"<p>The profiler said:</p><ul>{said}</ul>" if said else "")
+            + ("" if p["interpreted"] else ceil))
 
 
 def _sec_failures(p: dict) -> str:

@@ -37,7 +37,7 @@ def print_campaigns(rows: list[dict]) -> None:
         return
     t = Table(title="campaigns")
     for col in ("id", "name", "status", "created", "device"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")  # ids and names whole, folded at worst, never cut
     for r in rows:
         t.add_row(r["id"], r["name"], r["status"], r["created_at"][:19], r["device"] or "")
     console.print(t)
@@ -50,20 +50,33 @@ def print_summary(s: dict) -> None:
                   f"statuses {s['statuses'] or '{}'}, LLM calls {s['llm']['calls']} "
                   f"(${s['llm']['cost_usd']:.2f})")
     t = Table(title="best correct candidate per problem")
-    for col in ("problem", "candidate", "time (p20-p80)", "vs eager", "vs compile", "note"):
+    # names and ids whole (they are what the next command takes); other columns wrap instead
+    names = [b["problem"] or b["problem_id"] for b in s["best"]]
+    t.add_column("problem", no_wrap=True, min_width=min(48, max((len(n) for n in names), default=7)))
+    t.add_column("candidate", no_wrap=True, min_width=12)
+    interpreted = bool(s["best"]) and all(b["interpreted"] for b in s["best"])
+    # speedup columns only where a speedup can be claimed: an interpreted campaign has none
+    # (and no note column: the line under the table says it for every row)
+    cols = ("time (p20-p80)",) if interpreted else ("time (p20-p80)", "vs eager", "vs compile", "note")
+    for col in cols:
         t.add_column(col)
-    for b in s["best"]:
-        notes = ["interpreted (CPU): no speedup claimed"] if b["interpreted"] else []
+    for name, b in zip(names, s["best"], strict=True):
+        notes = ["interpreted"] if b["interpreted"] else []
         notes += ["library only"] if b["library_only"] else []
         notes.append("re-timed" if b.get("retimed") else "not re-timed")
         if b.get("win_eager") is not None or b.get("win_compile") is not None:
             notes.append("band clears " + (" and ".join(n for n, w in (("eager", b.get("win_eager")),
                                                                       ("compile", b.get("win_compile"))) if w)
                                            or "no baseline"))
-        t.add_row(b["problem"] or b["problem_id"], b["candidate_id"][:12], fmt_band(b),
-                  fmt_xband(b["speedup_eager"], b.get("speedup_eager_p20_p80")),
-                  fmt_xband(b["speedup_compile"], b.get("speedup_compile_p20_p80")), ", ".join(notes))
+        rest = () if interpreted else (fmt_xband(b["speedup_eager"], b.get("speedup_eager_p20_p80")),
+                                       fmt_xband(b["speedup_compile"], b.get("speedup_compile_p20_p80")),
+                                       ", ".join(notes))
+        t.add_row(name, b["candidate_id"][:12], fmt_band(b), *rest)
     console.print(t)
+    if interpreted:
+        console.print("times are interpreted (Triton interpreter on the CPU): no speedup claimed")
+    elif any(b["interpreted"] for b in s["best"]):
+        console.print("interpreted: timed in the Triton interpreter on the CPU; no speedup claimed")
 
 
 def print_candidate(obj: dict, source: bool = True) -> None:
@@ -98,7 +111,7 @@ def print_candidate(obj: dict, source: bool = True) -> None:
 def print_lineage(steps: list[dict]) -> None:
     t = Table(title="lineage (root first)")
     for col in ("depth", "candidate", "action", "status", "time", "vs eager", "vs compile"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col == "candidate", min_width=12 if col == "candidate" else None)
     for s in steps:
         e = s["evaluations"][-1] if s["evaluations"] else {}
         t.add_row(str(s["depth"]), s["id"][:12], s["action"] or "(root)", e.get("status", "-"),

@@ -56,7 +56,7 @@ for _r in STALLS:
     METRICS[f"smsp__average_warps_issue_stalled_{_r}_per_issue_active.ratio"] = f"stall_{_r}"
 TOP_STALLS = 3
 
-# Measured ceilings of the reference GPU (DESIGN.md): copy bandwidth (read+write) and cuBLAS fp32.
+# Measured ceilings of the reference GPU (an H200; kernellab.report.CEILINGS): copy bandwidth (read+write) and cuBLAS fp32.
 CEILING_BW_TBS = 4.22
 CEILING_FP32_TFLOPS = 51.0
 

@@ -1,7 +1,7 @@
 """The result record of one evaluation and the mapping from failures to (status, error_class).
 
 Every evaluation, whatever happened, ends as one dict with exactly :data:`RESULT_KEYS` (the
-``evaluations`` columns of DESIGN.md plus ``error_class``, ``versions``, ``config`` and ``details``).
+``evaluations`` columns of the store (store/_schema.py) plus ``error_class``, ``versions``, ``config`` and ``details``).
 
 ``details`` keys other parts rely on:
 

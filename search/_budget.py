@@ -15,7 +15,7 @@ from ._tree import Tree
 __all__ = ["Budget", "Usage", "StopRules", "StopDecision", "CEILINGS", "pct_of_ceiling", "check",
            "stop_if_done", "stop_reason"]
 
-# Measured ceilings of the reference GPU (DESIGN.md: H200, torch 2.11, one run each), in bytes/s or
+# Measured ceilings of the reference GPU (H200, torch 2.11, one run each; kernellab.report.CEILINGS), in bytes/s or
 # FLOP/s. float16 was not measured: H200 runs fp16 and bf16 at the same tensor-core rate, so it
 # takes bf16's lower measured value.
 CEILINGS = {

@@ -98,7 +98,7 @@ def unflatten(config: dict, nested: bool) -> dict:
 
 
 def parse_space(space: Any, config: dict | None = None) -> dict[str, Any]:
-    """Optuna distributions for ``SPACE`` (DESIGN.md "Candidate contract"): a list of choices, an
+    """Optuna distributions for ``SPACE`` (README.md "A problem, a candidate"): a list of choices, an
     ``(low, high)`` range (ints, or floats), or ``(low, high, "log")``. ``config`` values of tuned
     parameters must lie in the space."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution

@@ -1,5 +1,5 @@
 """The kernellab store: one SQLite file holding campaigns, problems, the candidate tree,
-evaluations, Nsight Compute metrics, LLM calls and agent events (DESIGN.md "Store").
+evaluations, Nsight Compute metrics, LLM calls and agent events (docs/ARCHITECTURE.md "kernellab.store").
 
 Optuna studies and LangGraph checkpoints live in the same file, in their own tables.
 """

@@ -32,3 +32,12 @@ def test_command_has_help(name: str) -> None:
 def test_command_is_in_readme(name: str) -> None:
     text = README.read_text(encoding="utf-8")
     assert re.search(rf"kernellab {re.escape(name)}\b", text), f"README.md does not mention `kernellab {name}`"
+
+
+def test_code_refers_to_no_file_outside_the_repository() -> None:
+    # DESIGN.md lives outside the repository: a newcomer's clone has no such file to read
+    root = README.parent
+    offenders = [str(p.relative_to(root)) for folder in ("kernellab", "agents", "search", "sandbox", "store")
+                 for p in (root / folder).rglob("*.py") if "DESIGN.md" in p.read_text(encoding="utf-8")]
+    assert not offenders, offenders
+    assert "DESIGN.md" not in README.read_text(encoding="utf-8")

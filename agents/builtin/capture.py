@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from kernellab.problem import Problem, apply_mode, cast_inputs, torch_dtype
+from kernellab.small import small_or_empty
 
 from .ir import FLOAT_DTYPES, Dyn, Graph, Node, Ref, Sym
 from .lower import LOWERINGS, VIEW_OPS, lower_node
@@ -51,8 +52,7 @@ class CaptureError(RuntimeError):
 def capture(problem: Problem, method: str = "auto") -> Graph:
     """The problem's graph at its full size, with sizes that change under ``SMALL`` as ``Sym``."""
     graph = _capture_at(problem, small=False, method=method)
-    mod = problem.module()
-    if getattr(mod, "SMALL", None):
+    if small_or_empty(problem):  # SMALL, or the derived small instance of a file without one
         try:
             small = _capture_at(problem, small=True, method=graph.method)
             _resolve_sizes(graph, small)

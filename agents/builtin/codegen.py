@@ -1,4 +1,4 @@
-"""Write the candidate file (DESIGN.md "Candidate contract") for a partitioned graph.
+"""Write the candidate file (README.md "A problem, a candidate") for a partitioned graph.
 
 Layout of a generated file: a docstring (groups, actions, what PyTorch still runs, the numerics
 rule), the problem's source verbatim (``Model``, its constants), ``CONFIG``/``SPACE`` (one entry per

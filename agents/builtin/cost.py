@@ -1,6 +1,6 @@
 """Counted bytes and FLOPs per fusion group, and roofline times against the measured ceilings.
 
-Ceilings (DESIGN.md, H200, torch 2.11): copy 4.22 TB/s read+write; cuBLAS fp32 51 TFLOP/s, tf32 355,
+Ceilings (measured on the reference H200, torch 2.11; kernellab.report.CEILINGS): copy 4.22 TB/s read+write; cuBLAS fp32 51 TFLOP/s, tf32 355,
 bf16/fp16 ~700. Bytes are what a group must move at least (its inputs once, its outputs once);
 FLOPs are 2MNK per GEMM plus one per element per pointwise/reduction op. Convolutions and other
 uncaptured ops count their bytes only.

@@ -55,7 +55,9 @@ class AnthropicBackend(Backend):
     def client(self) -> anthropic.Anthropic:
         if self._client is None:
             if not self._key:
-                raise PreflightError("ANTHROPIC_API_KEY is not set: export it, or use --llm builtin")
+                raise PreflightError("ANTHROPIC_API_KEY is not set: give it to this one command "
+                                     "(ANTHROPIC_API_KEY=... kernellab run ...; README.md, Using an LLM), "
+                                     "or use --llm builtin")
             # The SDK's own backoff handles 429, 529 overloaded, 5xx and timeouts (bounded by
             # max_retries, honouring retry-after); it reads no key from the environment here.
             self._client = anthropic.Anthropic(api_key=self._key, base_url=self._base_url,

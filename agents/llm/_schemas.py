@@ -111,7 +111,7 @@ def _literal(node: ast.AST, name: str) -> tuple[Any, str | None]:
 
 
 def check_source(source: str) -> list[str]:
-    """What the candidate contract (DESIGN.md) lets us check without running the file."""
+    """What the candidate contract (README.md "A problem, a candidate") lets us check without running the file."""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:

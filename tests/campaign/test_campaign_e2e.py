@@ -97,11 +97,11 @@ def test_sigkill_at_random_moments_then_resume(tmp_path: Path) -> None:
         time.sleep(0.5)
     kills = 0
     for _ in range(3):
-        time.sleep(rng.uniform(0.5, 4))  # the campaign takes about 15 s on 2 cores
+        time.sleep(rng.uniform(0.5, 4))  # the whole campaign takes ~7-15 s on 2 cores once it exists
         if p.poll() is not None:
             break
         os.kill(p.pid, signal.SIGKILL)  # the orchestrator only, as a user's kill -9 would
-        p.wait()
+        p.communicate()  # reaps it and closes its pipes (wait() left them open: ResourceWarning)
         kills += 1
         p = _kernellab("resume", "killme", "--db", db, "--json", cwd=tmp_path)
     out, err = p.communicate(timeout=900)

@@ -93,6 +93,7 @@ def test_interpreted_campaign_shows_no_speedup(store: Store) -> None:
     for name in ("linear_relu", "gemm_bias_gelu"):
         assert all((name, s) in parsed.sections for s in SECTIONS)
     assert "profiling needs a GPU" in html
+    assert "H200" not in html and "TFLOP/s" not in html  # no GPU's ceilings on a CPU report
 
 
 @pytest.mark.parametrize("metrics, expect", [("full", "arithmetic intensity"),

@@ -1,0 +1,212 @@
+"""The small instance of a problem, the one the Triton interpreter runs on the CPU: the file's
+``SMALL``, or one derived from its top-level integer size constants. Either way the problem's source
+is executed again with the small values in place of its own, so that constants computed from them
+(``bias_shape = (out_features, 1, 1)``) follow; setting the globals after the fact would not."""
+
+from __future__ import annotations
+
+import ast
+import math
+import types
+from typing import Any
+
+import torch
+
+from kernellab.problem import Problem, ProblemError, instantiate, output_tensors
+
+__all__ = ["SMALL_ELEMENT_LIMIT", "derive_small", "execute", "shrink", "size_constants", "small_or_empty",
+           "small_overrides"]
+
+# -- the small instance ----------------------------------------------------------------------------
+# Caps tried in turn when a file has no SMALL: 8 first (an interpreted conv at 16 costs ~4x more);
+# milder ones when the shrunk instance fails to build or run (a pooling window larger than the
+# shrunk image), a smaller one when it is still too large for the interpreter (a 5-D Conv3d input).
+_SHRINK_CAPS = (8, 16, 32, 64, 4)
+# Elements (inputs + parameters + outputs) above which an instance is no use on the CPU: the Triton
+# interpreter runs a kernel at roughly a microsecond per element and op, and a campaign runs each
+# candidate many times (trials, timing).
+SMALL_ELEMENT_LIMIT = 1 << 20
+_SMALL_CACHE: dict[str, dict[str, Any] | str] = {}
+_SETTINGS = {"ATOL", "RTOL", "DTYPE", "MODE", "SMALL"}
+
+
+def execute(problem: Problem, overrides: dict[str, Any] | None) -> types.ModuleType:
+    """The problem's source executed into a fresh module; each top-level assignment of a name in
+    ``overrides`` is followed by an assignment of the override, so later statements see it."""
+    mod = types.ModuleType(f"kernellab_problem_{problem.name}")
+    mod.__file__ = problem.path or f"<{problem.name}>"
+    if problem.artifacts:
+        mod.__dict__["KERNELLAB_ARTIFACTS"] = problem.artifacts
+    if not overrides:
+        exec(compile(problem.source, mod.__file__, "exec"), mod.__dict__)
+        return mod
+    tree = ast.parse(problem.source, filename=mod.__file__)
+    body, seen = [], set()
+    for stmt in tree.body:
+        body.append(stmt)
+        for name in [n for n in _bound_names(stmt) if n in overrides]:
+            seen.add(name)
+            body.append(ast.parse(f"{name} = _KERNELLAB_SMALL[{name!r}]").body[0])
+    tree.body = body
+    ast.fix_missing_locations(tree)
+    mod.__dict__["_KERNELLAB_SMALL"] = dict(overrides)
+    exec(compile(tree, mod.__file__, "exec"), mod.__dict__)
+    del mod.__dict__["_KERNELLAB_SMALL"]
+    for key, value in overrides.items():
+        if key not in seen:  # bound somewhere other than a plain top-level assignment
+            setattr(mod, key, value)
+    return mod
+
+
+def _declared_small(problem: Problem) -> dict[str, Any] | None:
+    """The file's ``SMALL`` (read from its syntax tree when it is a literal, else by executing it)."""
+    try:
+        tree = ast.parse(problem.source)
+    except (SyntaxError, ValueError):
+        return None
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SMALL" for t in stmt.targets):
+            try:
+                value = ast.literal_eval(stmt.value)
+            except ValueError:
+                value = getattr(execute(problem, None), "SMALL", None)
+            return dict(value) if isinstance(value, dict) else None
+    return None
+
+
+def size_constants(source: str) -> dict[str, int]:
+    """Top-level ``name = <int>`` (also ``a = b = <int>``) of a problem's source: the candidates for
+    shrinking (the settings ATOL, RTOL, DTYPE, MODE are not sizes)."""
+    out: dict[str, int] = {}
+
+    def size(node: ast.expr) -> int | None:
+        ok = isinstance(node, ast.Constant) and type(node.value) is int and node.value > 0
+        return node.value if ok else None  # type: ignore[union-attr]
+
+    for stmt in ast.parse(source).body:
+        if not isinstance(stmt, ast.Assign):
+            continue
+        pairs: list[tuple[ast.expr, ast.expr]] = []
+        for t in stmt.targets:
+            if isinstance(t, ast.Tuple) and isinstance(stmt.value, ast.Tuple) and len(t.elts) == len(stmt.value.elts):
+                pairs += list(zip(t.elts, stmt.value.elts, strict=True))  # H, W = 32, 32
+            else:
+                pairs.append((t, stmt.value))
+        for t, v in pairs:
+            if isinstance(t, ast.Name) and t.id not in _SETTINGS and size(v) is not None:
+                out[t.id] = size(v)  # type: ignore[assignment]
+    return out
+
+
+def _bound_names(stmt: ast.stmt) -> list[str]:
+    """Names a top-level assignment binds (``a = b = 1``, ``h, w = 1, 2``, ``x: int = 1``)."""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+    names: list[str] = []
+    for t in targets:
+        names += [e.id for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]) if isinstance(e, ast.Name)]
+    return names
+
+
+def shrink(constants: dict[str, int], cap: int) -> dict[str, int]:
+    """Overrides capping each constant at ``cap`` while keeping the divisibility relations between
+    them (channels stay a multiple of groups and heads, equal sizes stay equal)."""
+    new: dict[str, int] = {}
+    done: dict[str, int] = {}
+    for name, v in sorted(constants.items(), key=lambda kv: (kv[1], kv[0])):
+        if v <= cap:
+            done[name] = v
+            continue
+        same = [done[n] for n in done if constants[n] == v]
+        if same:
+            choice = same[0]
+        else:
+            divisors = {done[n] for n in done if 1 < constants[n] < v and v % constants[n] == 0}
+            choice = next((c for c in range(cap, 0, -1) if all(c % d == 0 for d in divisors)), None)
+            if choice is None:
+                lcm = 1
+                for d in divisors:
+                    lcm = lcm * d // math.gcd(lcm, d)
+                choice = lcm if lcm < v else v
+        done[name] = choice
+        if choice != v:
+            new[name] = choice
+    return new
+
+
+def _numel(objs: Any) -> int:
+    return sum(x.numel() for x in objs if isinstance(x, torch.Tensor))
+
+
+def _try_small(problem: Problem, overrides: dict[str, int]) -> None:
+    """Build the instance with ``overrides`` and run the reference once; raises ProblemError."""
+    label = problem.label
+    mod = execute(problem, overrides)
+    try:  # count the elements on the meta device first, so that a huge instance is never allocated
+        with torch.device("meta"):
+            init = list(mod.get_init_inputs())
+            model = mod.Model(*init)
+            size = _numel(mod.get_inputs()) + _numel(model.parameters()) + _numel(model.buffers())
+    except Exception:
+        size = 0  # an op without a meta kernel: the CPU build below counts
+    if size > SMALL_ELEMENT_LIMIT:
+        raise ProblemError(f"{label}: {size:,} elements in inputs and weights (limit {SMALL_ELEMENT_LIMIT:,})")
+    with torch.no_grad():
+        inst = instantiate(problem, small=False, seed=0, device="cpu", check=False, mod=mod)
+        size = _numel(inst.inputs) + _numel(inst.model.parameters()) + _numel(inst.model.buffers())
+        if size > SMALL_ELEMENT_LIMIT:
+            raise ProblemError(f"{label}: {size:,} elements in inputs and weights (limit {SMALL_ELEMENT_LIMIT:,})")
+        try:
+            out = output_tensors(inst.model(*inst.inputs))
+        except Exception as exc:
+            raise ProblemError(f"{label}: Model.forward raised {type(exc).__name__}: {exc}") from None
+    if out is None:
+        raise ProblemError(f"{label}: Model.forward returned no tensor")
+
+
+def derive_small(problem: Problem) -> dict[str, int]:
+    """The small instance of a file without ``SMALL``: its top-level integer constants shrunk by
+    :func:`shrink`, the first cap of ``_SHRINK_CAPS`` whose instance builds, runs and fits in
+    ``SMALL_ELEMENT_LIMIT``. Deterministic (no timing), so every process derives the same one.
+    Raises ProblemError (one line) when no cap gives a usable instance."""
+    constants = size_constants(problem.source)
+    tried: list[dict[str, int]] = []
+    reasons: list[str] = []
+    for cap in _SHRINK_CAPS:
+        over = shrink(constants, cap)
+        if over in tried:
+            continue
+        tried.append(over)
+        try:
+            _try_small(problem, over)
+            return over
+        except ProblemError as exc:
+            reasons.append(str(exc).removeprefix(f"{problem.label}: "))
+    what = "its size constants shrunk" if any(tried) else "it has no top-level integer size constants to shrink"
+    raise ProblemError(f"{problem.label}: no small instance usable on the CPU ({what}: {reasons[-1]}); "
+                       "add SMALL = {...} with small sizes, or run it on a GPU")
+
+
+def small_overrides(problem: Problem) -> dict[str, Any]:
+    """The constants of the problem's small instance: its ``SMALL``, else :func:`derive_small`'s.
+    Cached per source hash; raises ProblemError when there is none."""
+    hit = _SMALL_CACHE.get(problem.id)
+    if hit is None:
+        declared = _declared_small(problem)
+        if declared is not None:
+            hit = declared
+        else:
+            try:
+                hit = derive_small(problem)
+            except ProblemError as exc:
+                hit = str(exc)
+        _SMALL_CACHE[problem.id] = hit
+    if isinstance(hit, str):
+        raise ProblemError(hit)
+    return dict(hit)
+
+
+def small_or_empty(problem: Problem) -> dict[str, Any]:
+    try:
+        return small_overrides(problem)
+    except ProblemError:
+        return {}

@@ -1,0 +1,67 @@
+"""The small instance a problem runs at on the CPU: SMALL, or derived from the file's size constants,
+always by re-executing the source (derived constants follow); refused in seconds when there is none."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernellab.campaign import CampaignConfig, check_campaign
+from kernellab.problem import ProblemError, load_problem
+from kernellab.small import shrink, size_constants, small_overrides
+
+HERE = Path(__file__).resolve().parent
+KB_GEMM = HERE / "kb_gemm_add_relu.py"  # KernelBench level 2 no. 76, unmodified: no SMALL, 1024x8192x8192
+HUGE = HERE / "kb_huge_no_constants.py"
+
+
+def test_small_recomputes_derived_constants() -> None:
+    # setting the globals after import (the old way) left bias_shape at (128, 1, 1)
+    p = load_problem(HERE / "small_derived_constant.py")
+    mod = p.module(small=True)
+    assert (mod.batch_size, mod.out_channels) == (2, 4)
+    assert mod.bias_shape == (4, 1, 1)
+    assert p.module().bias_shape == (128, 1, 1)  # the full instance is untouched
+
+
+def test_file_without_small_gets_a_derived_instance_in_seconds() -> None:
+    t0 = time.monotonic()
+    p = load_problem(KB_GEMM)
+    over = small_overrides(p)
+    assert time.monotonic() - t0 < 30
+    assert over == {"batch_size": 8, "in_features": 8, "out_features": 8}
+    mod = p.module(small=True)
+    assert mod.bias_shape == (8,)  # derived from out_features, re-executed
+    assert list(mod.get_inputs()[0].shape) == [8, 8]
+
+
+def test_shrink_keeps_divisibility_and_equal_sizes() -> None:
+    consts = {"batch_size": 128, "channels": 96, "groups": 6, "height": 256, "width": 256, "kernel_size": 3}
+    over = shrink(consts, 8)
+    assert over["channels"] % 6 == 0 and over["channels"] <= 8  # GroupNorm(groups, channels) stays valid
+    assert over["height"] == over["width"]
+    assert "kernel_size" not in over and "groups" not in over
+    assert size_constants("H, W = 32, 64\nN = M = 128\nATOL = 1\nflag = True\n") == {"H": 32, "W": 64, "N": 128, "M": 128}
+
+
+def test_cpu_campaign_refuses_a_problem_without_usable_small_instance() -> None:
+    t0 = time.monotonic()
+    p = load_problem(HUGE)  # checked at full size on the meta device: nothing allocated
+    with pytest.raises(ProblemError, match="no small instance usable on the CPU"):
+        check_campaign(CampaignConfig(problems=[str(HUGE)], device="cpu"), problems=[p])
+    assert time.monotonic() - t0 < 30
+
+
+def test_cli_refusal_is_one_line_exit_2(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "kernellab.cli", "run", str(HUGE), "--device", "cpu"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no small instance usable on the CPU" in lines[0], r.stderr
+    assert time.monotonic() - t0 < 60
+    assert not list(tmp_path.iterdir())

@@ -1,0 +1,25 @@
+"""The wheel carries the agents' prompts and skills, and building it prints no setuptools warning
+about them (every install used to print two "absent from the `packages` configuration" blocks)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_wheel_has_prompts_and_skills_without_warnings(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v",
+                        "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout + r.stderr
+    assert "absent from the `packages` configuration" not in out
+    (wheel,) = tmp_path.glob("kernellab-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for folder in ("prompts", "skills"):
+        expected = sorted(p.name for p in (ROOT / "agents" / folder).glob("*.md"))
+        assert expected and sorted(Path(n).name for n in names if f"kernellab/agents/{folder}/" in n
+                                   and n.endswith(".md")) == expected
