@@ -2,7 +2,7 @@
 
 fast_p (KernelBench's measure) is the fraction of **all** problems of the suite whose best candidate is
 correct, a *kernel win*, and faster than the baseline by more than p; we report it against eager and
-against ``torch.compile``, both timed in the same run on the same device. A kernel win (DESIGN.md) runs
+against ``torch.compile``, both timed in the same run on the same device. A kernel win (the design contract) runs
 at least ``KERNEL_SHARE_MIN`` of its GPU time in the candidate's own kernels; a best candidate that is
 ``library_only`` or below that share is reported separately and not counted unless ``allow_library``.
 Problems not finished (not run yet, interrupted, or in another shard) count as not correct and not
@@ -40,7 +40,7 @@ from kernellab.problem import Problem, load_problem
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "experiments" / "results"
 THRESHOLDS = (0.0, 1.0, 1.5, 2.0)
-KERNEL_SHARE_MIN = 0.5  # DESIGN.md: a kernel win runs at least half its GPU time in its own kernels
+KERNEL_SHARE_MIN = 0.5  # the design contract: a kernel win runs at least half its GPU time in its own kernels
 
 
 class BenchError(ValueError):

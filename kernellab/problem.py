@@ -32,7 +32,7 @@ DEFAULT_TOLERANCES = {
 }
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _REQUIRED = ("Model", "get_inputs", "get_init_inputs")
-# The mode the reference, every candidate and both baselines run in (DESIGN.md "Problem format").
+# The mode the reference, every candidate and both baselines run in (the design contract's "Problem format").
 # "train" is KernelBench's: the module as its constructor left it (training, for a fresh module:
 # BatchNorm on batch statistics, dropout active); "eval" is inference.
 MODES = ("train", "eval")

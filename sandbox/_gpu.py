@@ -176,8 +176,9 @@ def estimate(problem: Any, small: bool) -> tuple[int, int] | None:
     from kernellab.problem import cast_inputs, output_tensors, torch_dtype
 
     try:
+        # the module first, outside the meta device: deriving a small instance runs the reference once
+        mod = problem.module(small=small)
         with torch.device("meta"):
-            mod = problem.module(small=small)
             dtype = torch_dtype(getattr(mod, "DTYPE", "float32"))
             model = mod.Model(*list(mod.get_init_inputs())).to(dtype=dtype)
             inputs = cast_inputs(list(mod.get_inputs()), dtype, "meta")
