@@ -231,14 +231,19 @@ def _group_norm(c: _Ctx, b: dict) -> None:
     xc = c.pw("sub", xv, mean)
     var = c.reduce("mean", c.pw("mul", xc, xc), d, True)
     inv = c.pw("rsqrt", c.pw("add", var, float(b["eps"])))
-    y = c.pw("mul", xc, inv)
+    y = _affine(c, c.pw("mul", xc, inv), w, bias)
+    y = c.pw("cast", y, dtype=c.node.dtype, shape=grouped)
+    c.out[-1].dtype = c.node.dtype
+    c.view(y, [Sym(x.name, (i,)) for i in range(nd)], shape, final=True)
+
+
+def _affine(c: _Ctx, y: Ref, w: Any, bias: Any) -> Ref:
+    """A normalization's scale and shift, where the module has them."""
     if w is not None:
         y = c.pw("mul", y, w)
     if bias is not None:
         y = c.pw("add", y, bias)
-    y = c.pw("cast", y, dtype=c.node.dtype, shape=grouped)
-    c.out[-1].dtype = c.node.dtype
-    c.view(y, [Sym(x.name, (i,)) for i in range(nd)], shape, final=True)
+    return y
 
 
 def _batch_norm_eval(c: _Ctx, x: Ref, w: Any, bias: Any, rm: Any, rv: Any, eps: float,
@@ -248,11 +253,7 @@ def _batch_norm_eval(c: _Ctx, x: Ref, w: Any, bias: Any, rm: Any, rv: Any, eps: 
     w, bias = _channel_view(c, w, nd), _channel_view(c, bias, nd)
     xc = c.pw("sub", x, rm)
     inv = c.pw("rsqrt", c.pw("add", rv, float(eps)))
-    y = c.pw("mul", xc, inv)
-    if w is not None:
-        y = c.pw("mul", y, w)
-    if bias is not None:
-        y = c.pw("add", y, bias)
+    _affine(c, c.pw("mul", xc, inv), w, bias)
     c.out[-1].name = name or c.node.name
     c.out[-1].dtype = c.node.dtype if name is None else c.dtype(x)
 
@@ -272,11 +273,7 @@ def _batch_norm_train(c: _Ctx, b: dict) -> None:
     sq = c.pw("mul", xc, xc)
     var = c.reduce("mean", sq, d, True)
     inv = c.pw("rsqrt", c.pw("add", var, float(b["eps"])))
-    y = c.pw("mul", xc, inv)
-    if w is not None:
-        y = c.pw("mul", y, w)
-    if bias is not None:
-        y = c.pw("add", y, bias)
+    _affine(c, c.pw("mul", xc, inv), w, bias)
     c.out[-1].name, c.out[-1].dtype = f"{c.node.name}_out", c.dtype(x)
     m = float(b["momentum"])
     var_u = c.reduce("mean", sq, d, True, correction=1.0)
