@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU tests and the GPU benchmarks in one call, on a CUDA host (e.g. the H200 behind the `device`
-# tool). Usage: scripts/gpu_check.sh [STEP...]   STEPs: env tests eager sandbox gemm tuning builtin
+# tool). Usage: scripts/gpu_check.sh [STEP...]   STEPs: env tests tests-slow eager sandbox gemm tuning builtin
 # bench:SUITE (default: env tests). Logs and results go to $OUT (default ./gpu-out); result files
 # are also written under experiments/results/.
 #
@@ -33,10 +33,13 @@ for step in "${steps[@]}"; do
       # xdist workers (the suite took 7.5 min on 6 workers before the adversarial file was grouped);
       # --dist loadgroup keeps the adversarial file, whose fixture submits all its candidates at once, on one
       # each worker's sandbox gets 1/N of the card (tests/conftest.py); the bigmem tests then run alone
-      $PY -m pytest -q -m "gpu and not bigmem" -p no:cacheprovider -o addopts="" -rfEs -n "${GPU_TEST_WORKERS:-6}" \
+      $PY -m pytest -q -m "gpu and not bigmem and not gpu_slow" -p no:cacheprovider -o addopts="" -rfEs -n "${GPU_TEST_WORKERS:-6}" \
         --dist loadgroup --durations=15 tests 2>&1 | tee "$OUT/gpu-tests.log"; rc=$((rc | ${PIPESTATUS[0]}))
       $PY -m pytest -q -m "gpu and bigmem" -p no:cacheprovider -o addopts="" -rfEs tests 2>&1 \
         | tee "$OUT/gpu-tests-bigmem.log"; rc=$((rc | ${PIPESTATUS[0]})) ;;
+    tests-slow)  # the long cases left out of `tests`: every bundled problem's seed at full size
+      $PY -m pytest -q -m "gpu and gpu_slow" -p no:cacheprovider -o addopts="" -rfEs -n "${GPU_TEST_WORKERS:-6}" \
+        --durations=10 tests 2>&1 | tee "$OUT/gpu-tests-slow.log"; rc=$((rc | ${PIPESTATUS[0]})) ;;
     eager)   $PY experiments/measure_eager.py 2>&1 | tee "$OUT/eager.log" ;;
     sandbox) $PY experiments/bench_sandbox.py 2>&1 | tee "$OUT/sandbox.log" ;;
     gemm)    $PY experiments/bench_gemm_templates.py 2>&1 | tee "$OUT/gemm.log" ;;
