@@ -40,7 +40,7 @@ FULL_ONLY = [p for p in PROBLEMS if f"{p.parent.name}/{p.stem}" not in CHANGED]
 
 
 @pytest.mark.gpu
-@pytest.mark.gpu_slow  # 22 full-size problems, about 3 of the suite's 7 minutes on 6 workers: on demand
+@pytest.mark.gpu_slow  # 22 full-size problems at 10-90 s each (2026-11-30 runs): on demand
 @pytest.mark.parametrize("path", FULL_ONLY, ids=[f"{p.parent.name}/{p.stem}" for p in FULL_ONLY])
 def test_seed_is_correct_on_gpu_at_full_size(path):
     problem = load_problem(path)
