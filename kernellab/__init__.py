@@ -15,6 +15,18 @@ _root = _pathlib.Path(__file__).resolve().parent.parent
 if (_root / "pyproject.toml").is_file() and (_root / "store" / "_schema.py").is_file():
     __path__.append(str(_root))  # noqa: F821 - the package's own __path__
 
+import os as _os  # noqa: E402
+
+import torch as _torch  # noqa: E402
+
+# Without a CUDA device Triton kernels can only run in its interpreter, and Triton reads the switch
+# when a kernel is defined: set it before anything here imports triton, so that a winner loaded in
+# the process that ran its campaign (run, then load_best) is defined like every other kernel.
+# A TRITON_INTERPRET the user set is left as it is.
+_interpreter_chosen = "TRITON_INTERPRET" not in _os.environ and not _torch.cuda.is_available()
+if _interpreter_chosen:
+    _os.environ["TRITON_INTERPRET"] = "1"
+
 from .campaign import run  # noqa: E402
 from .export import load_best  # noqa: E402
 from .problem import Problem, ProblemError, load_problem  # noqa: E402

@@ -201,13 +201,16 @@ def load_best(db: Any, campaign: str, problem: str | None = None) -> type:
 
     Triton reads a kernel's source from its file, so the export is written to a file (named by the
     hash of its text, under the temp directory) and imported from there, not exec'd from a string.
-    Without a CUDA device (and no ``TRITON_INTERPRET`` set) the file's header switches Triton to its
-    interpreter before the kernels are defined, and this says so on stderr.
+    Without a CUDA device (and no ``TRITON_INTERPRET`` set) kernellab's import and the file's header
+    switch Triton to its interpreter before any kernel is defined, and this says so on stderr.
     """
     store = _open(db)
     text = export_source(store, campaign, problem)
-    if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-        # the file's own header makes the same choice; said once here, where the user did not read it
+    import kernellab
+
+    if kernellab._interpreter_chosen or ("TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available()):
+        # kernellab's import (and the file's own header) made this choice; said once here, where the
+        # user did not read it
         print("kernellab: no CUDA device: the exported kernels run in the Triton interpreter "
               "(TRITON_INTERPRET=1)", file=sys.stderr)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -112,11 +112,13 @@ class Problem:
     def from_module(cls, model: torch.nn.Module, example_inputs: list | tuple, name: str,
                     atol: float | None = None, rtol: float | None = None) -> Problem:
         """Wrap a live model as a problem. The model and the example inputs are serialised
-        (``torch.save``) into the problem so that sandbox workers can rebuild them; the model's
-        class must therefore be importable (not defined in ``__main__`` of an interactive session).
+        (``torch.save``) into the problem so that sandbox workers can rebuild them; its classes must
+        be importable there, or defined in the ``__main__`` script (their source and the script's
+        imports travel with the problem), not typed into an interactive session.
         Fresh inputs for correctness trials are drawn with the shapes and dtypes of the examples."""
         if not isinstance(model, torch.nn.Module):
             raise ProblemError(f"<{name}>: model is a {type(model).__name__}, not a torch.nn.Module")
+        main_defs = _main_definitions(model, name)
         example_inputs = list(example_inputs)
         buf = io.BytesIO()
         try:
@@ -132,7 +134,7 @@ class Problem:
             tol += f"RTOL = {float(rtol)!r}\n"
         # the model travels inside the source (base64), so the store's copy of the source, a resumed
         # campaign, a sandbox worker and an export all rebuild it without anything else
-        source = _FROM_MODULE_TEMPLATE.format(digest=content_hash(blob, n=32), tol=tol,
+        source = _FROM_MODULE_TEMPLATE.format(digest=content_hash(blob, n=32), tol=tol, main=main_defs,
                                               blob=base64.b64encode(blob).decode("ascii"))
         problem = cls(name=name, source=source, path=None)
         validate(problem)
@@ -143,10 +145,27 @@ _FROM_MODULE_TEMPLATE = '''"""A model wrapped by kernellab.Problem.from_module (
 import base64
 import copy
 import io
+import pickle
 import torch
 {tol}
+{main}
+
+class _Unpickler(pickle.Unpickler):
+    """Classes the user's script defined (pickled as ``__main__.X``) are this module's."""
+
+    def find_class(self, module, name):
+        if module == "__main__":
+            return globals()[name]
+        return super().find_class(module, name)
+
+
+class _PickleModule:
+    Unpickler = _Unpickler
+    load = staticmethod(pickle.load)
+
+
 _MODEL_PT = "{blob}"
-_STATE = torch.load(io.BytesIO(base64.b64decode(_MODEL_PT)), weights_only=False)
+_STATE = torch.load(io.BytesIO(base64.b64decode(_MODEL_PT)), weights_only=False, pickle_module=_PickleModule)
 
 
 class Model(torch.nn.Module):
@@ -352,3 +371,27 @@ def problem_file(problem: Problem) -> Iterator[str]:
         f = Path(d) / f"{problem.name}.py"
         f.write_text(problem.source)
         yield str(f)
+
+
+def _main_definitions(model: torch.nn.Module, name: str) -> str:
+    """The source of the model's classes that live in the ``__main__`` script (which a sandbox
+    worker cannot import), preceded by the script's own top-level imports."""
+    import inspect
+    import sys
+    import textwrap
+
+    classes = sorted({type(m) for m in model.modules() if type(m).__module__ == "__main__"},
+                     key=lambda c: c.__qualname__)
+    if not classes:
+        return ""
+    main = sys.modules.get("__main__")
+    try:
+        script = Path(main.__file__).read_text(encoding="utf-8")  # type: ignore[union-attr]
+        bodies = [textwrap.dedent(inspect.getsource(c)) for c in classes]
+    except (AttributeError, OSError, TypeError):
+        raise ProblemError(f"<{name}>: the model's class {classes[0].__qualname__} was defined in an interactive "
+                           "session, whose source sandbox workers cannot rebuild: define it in a file") from None
+    imports = [ast.get_source_segment(script, node) for node in ast.parse(script).body
+               if isinstance(node, (ast.Import, ast.ImportFrom)) and node.col_offset == 0
+               and not (isinstance(node, ast.ImportFrom) and node.module == "__future__")]
+    return "\n".join(i for i in imports if i) + "\n\n\n" + "\n\n".join(bodies)

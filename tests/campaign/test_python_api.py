@@ -73,6 +73,55 @@ def test_from_module_run_then_load_best_in_fresh_processes(tmp_path: Path) -> No
     assert r.returncode == 0 and "[3, 16]" in r.stdout, r.stderr[-3000:]
 
 
+@pytest.mark.slow
+def test_from_module_with_classes_defined_in_the_users_script(tmp_path: Path) -> None:
+    """A newcomer's model lives in the script they run (``__main__``), which a sandbox worker cannot
+    import: its classes' source and the script's imports travel with the problem."""
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        import torch
+        import torch.nn.functional as F
+        import kernellab
+
+        class Block(torch.nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.lin = torch.nn.Linear(d, d)
+
+            def forward(self, x):
+                return F.relu(self.lin(x)) * 2.0
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.block = Block(16)
+
+            def forward(self, x):
+                return self.block(x) + 1.0
+
+        if __name__ == "__main__":
+            torch.manual_seed(0)
+            net = Net().eval()
+            s = kernellab.run(net, [torch.randn(4, 16)], db="k.db", name="script",
+                              budget=1, width=1, trials=1, debug_rounds=0)
+            assert s["best"] and s["best"][0]["status"] == "correct", s
+            x = torch.randn(3, 16)
+            torch.testing.assert_close(kernellab.load_best("k.db", "script")()(x), net(x))
+            print("ok")
+    """))
+    r = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=_clean_env(), capture_output=True,
+                       text=True, timeout=400)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
+
+
+def test_from_module_refuses_a_class_typed_into_an_interactive_session() -> None:
+    import torch
+
+    ns: dict = {"__name__": "__main__", "torch": torch}
+    exec("class Typed(torch.nn.Module):\n    def forward(self, x):\n        return x + 1\n", ns)
+    with pytest.raises(kernellab.ProblemError, match="interactive session"):
+        kernellab.Problem.from_module(ns["Typed"](), [torch.randn(2)], name="typed")
+
+
 def test_run_rejects_unknown_options_and_models_without_inputs(tmp_path: Path) -> None:
     import torch
 
