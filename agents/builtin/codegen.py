@@ -273,7 +273,12 @@ def _gemm_source(graph: Graph, grp: Group, settings: dict, variant: dict) -> tup
     if tail.dtype != dtype:
         lines.append(f"{grp.tail} = {grp.tail}.to(torch.{tail.dtype})")
     _ = members
-    return ks.source, "\n".join(lines), config, ks.space
+    space = dict(ks.space)
+    for key, val in (variant.get("config") or {}).items():
+        # a value the planner set (GROUP_M=16) stays tunable: the tuner refuses a default outside its SPACE
+        if isinstance(space.get(key), list) and val not in space[key]:
+            space[key] = sorted([*space[key], val])
+    return ks.source, "\n".join(lines), config, space
 
 
 SMS = 132  # H200 streaming multiprocessors

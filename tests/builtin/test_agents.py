@@ -98,6 +98,18 @@ def test_build_is_deterministic_and_records_actions(gemm_problem):
     assert "'GROUP_M': 1" in a.source and a.source != build(gemm_problem).source
 
 
+def test_a_config_the_planner_sets_stays_inside_the_space(gemm_problem):
+    """The tile-ordering action sets GROUP_M=16, which the GEMM's SPACE did not list: the tuner refused
+    such candidates (SpaceError), so the value is added to the candidate's SPACE."""
+    from kernellab.search._tune import flatten_space, parse_space, read_space
+
+    gid = built(gemm_problem).groups[-1].id
+    code = build(gemm_problem, [SetConfig(gid, (("GROUP_M", 16),), "tile ordering")])
+    space, config = read_space(code.source)
+    assert config[gid]["GROUP_M"] == 16 and 16 in space[gid]["GROUP_M"]
+    parse_space(*flatten_space(space, config))  # raised SpaceError before: the default was outside the space
+
+
 MATMUL = """import torch
 
 m = 64
