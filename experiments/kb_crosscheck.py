@@ -36,7 +36,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DEFAULT_KB = ROOT.parent / "shared" / "kernelbench"
+# ../shared/kernelbench beside the checkout, or KERNELBENCH_DIR (a GPU host gets a copy carried in the tree)
+DEFAULT_KB = Path(os.environ.get("KERNELBENCH_DIR") or ROOT.parent / "shared" / "kernelbench")
 PRECISIONS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
@@ -260,7 +261,7 @@ def _kb_commit(kb: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", help="the bench database (kernellab.db of `kernellab bench`)")
-    ap.add_argument("--kernelbench", default=str(DEFAULT_KB), help="KernelBench's folder [../shared/kernelbench]")
+    ap.add_argument("--kernelbench", default=str(DEFAULT_KB), help="KernelBench's folder [$KERNELBENCH_DIR or ../shared/kernelbench]")
     ap.add_argument("--config-hash", default=None, help="only the bench campaigns of this configuration hash")
     ap.add_argument("--problem", action="append", default=None, help="only this problem (name or id; repeatable)")
     ap.add_argument("--trials", type=int, default=5, help="KernelBench correctness trials [5]")

@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+# KernelBench for the cross-check: a copy carried in the (ignored) .kb folder, since ../shared does not travel
+[ -d .kb/src/kernelbench ] && export KERNELBENCH_DIR=${KERNELBENCH_DIR:-$PWD/.kb}
 PY=${PYTHON:-python3}
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(env tests)
