@@ -19,9 +19,9 @@ from kernellab.problem import Problem
 
 from ._executor import EvalJob, Executor, Limits, LocalExecutor, SandboxError, default_executor
 from ._profile import ProfileResult, profile
-from ._result import RESULT_KEYS, STATUSES, SandboxUnavailable, is_infra
+from ._result import KERNEL_WIN_SHARE, RESULT_KEYS, STATUSES, SandboxUnavailable, is_infra
 
-__all__ = ["evaluate", "profile", "EvalJob", "Executor", "LocalExecutor", "Limits", "default_executor",
+__all__ = ["KERNEL_WIN_SHARE", "evaluate", "profile", "EvalJob", "Executor", "LocalExecutor", "Limits", "default_executor",
            "SandboxError", "SandboxUnavailable", "ProfileResult", "RESULT_KEYS", "STATUSES", "is_infra"]
 
 

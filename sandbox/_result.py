@@ -55,6 +55,9 @@ RESULT_KEYS = ("status", "error_text", "error_class", "max_abs_err", "max_rel_er
 
 # Error text is stored in the database and fed to debugging agents: the tail is what matters.
 MAX_ERROR_TEXT = 4000
+# A kernel win needs at least this share of the GPU time in the candidate's own kernels (the sandbox
+# records ``details.kernel_win_eligible`` by it, and bench counts wins by it).
+KERNEL_WIN_SHARE = 0.5
 
 # Messages of faults after which a CUDA context is unusable: the worker must be replaced.
 _CUDA_FAULT = re.compile(
