@@ -35,6 +35,7 @@ from ._check import (
     clone_all,
     compare,
     distribution,
+    modified_inputs,
     overlaps,
     transform,
 )
@@ -534,7 +535,10 @@ def _trials(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict, first_
             if _has_poison(o, tr["ref"][k]):
                 raise Rejected("stale_memory", f"output {k} holds poisoned freed memory the candidate never wrote "
                                                f"(trial {i}): it returns uninitialised memory")
-        changed = [j for j, (a, b) in enumerate(zip(tr.prints, _fingerprint(xin), strict=False)) if a != b]
+        # bit for bit against the kept copy where there is one; large inputs (regenerated, not kept) by
+        # fingerprint, which a change crafted to keep both weighted sums would pass
+        changed = modified_inputs(tr.kept, xin) if tr.kept is not None else \
+            [j for j, (a, b) in enumerate(zip(tr.prints, _fingerprint(xin), strict=False)) if a != b]
         if changed:
             raise Rejected("inputs_modified", f"the candidate modified input(s) {changed} (trial {i})")
         del xin

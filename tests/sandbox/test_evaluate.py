@@ -102,3 +102,36 @@ def test_cli_eval_cuda_without_cuda_exits_2(root):
            "experiments/candidates/gemm_bias_gelu_triton.py", "--device", "cuda"]
     out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "no CUDA device" in out.stderr, out.stderr
+
+
+def test_a_swap_that_keeps_the_inputs_fingerprint_is_still_caught():
+    """Two input elements whose fingerprint weights are equal (positions 65521 apart) swapped in place:
+    both weighted sums stay the same, so only a bitwise comparison with the kept copy sees it."""
+    from kernellab import Problem
+
+    p = Problem(name="swap_inputs", source=textwrap.dedent('''
+        import torch
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                return torch.relu(x * 2.0) + 1.0
+        def get_inputs():
+            return [torch.randn(300, 300)]
+        def get_init_inputs():
+            return []
+    '''))
+    src = textwrap.dedent('''
+        import torch
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                return torch.relu(x * 2.0) + 1.0
+        class ModelNew(Model):
+            def forward(self, x):
+                y = torch.relu(x * 2.0) + 1.0
+                f = x.view(-1)
+                a = f[0].clone()
+                f[0] = f[65521]
+                f[65521] = a
+                return y
+    ''')
+    r = evaluate(p, src, device="cpu", small=False, trials=2, timing=False)
+    assert (r["status"], r["error_class"]) == ("rejected", "integrity:inputs_modified"), r["error_text"]
