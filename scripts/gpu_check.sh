@@ -18,11 +18,24 @@ PY=${PYTHON:-python3}
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(env tests)
 
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
+# KERNELLAB_SKIP_INSTALL=1: an earlier gpu_check.sh of this call installed already (lanes run side by side,
+# one per GPU, and must not install into /tmp/site at the same time)
+if [ -z "${KERNELLAB_SKIP_INSTALL:-}" ]; then
+  if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
+  fi
+  $PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target /tmp/site . || exit 3
 fi
-$PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target /tmp/site . || exit 3
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+# the GPUs this call may use: CUDA_VISIBLE_DEVICES where set, else every GPU of the host. The parallel tests
+# spread their xdist workers over them (tests/conftest.py); a bench runs one shard per GPU.
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+  IFS=, read -ra GPUS <<<"$CUDA_VISIBLE_DEVICES"
+else
+  mapfile -t GPUS < <(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | tr -d ' ')
+fi
+[ ${#GPUS[@]} -eq 0 ] && GPUS=(0)
+export KERNELLAB_TEST_GPUS=$(IFS=,; echo "${GPUS[*]}")
 rc=0
 for step in "${steps[@]}"; do
   echo "=== $step ($(date -u +%H:%M:%S))"
@@ -47,9 +60,21 @@ for step in "${steps[@]}"; do
     gemm)    $PY experiments/bench_gemm_templates.py 2>&1 | tee "$OUT/gemm.log" ;;
     tuning)  $PY experiments/bench_tuning.py 2>&1 | tee "$OUT/tuning.log" ;;
     builtin) $PY experiments/bench_builtin.py 2>&1 | tee "$OUT/builtin.log" ;;
-    bench:*) # BENCH_ARGS e.g. "--budget 4 --jobs 8"; BENCH_TIMEOUT bounds it so the results still come back
-      timeout "${BENCH_TIMEOUT:-3000}" $PY -m kernellab.cli bench "${step#bench:}" --db "$OUT/bench.db" ${BENCH_ARGS:-} 2>&1 \
-        | tee "$OUT/bench.log" ;;
+    bench:*) # BENCH_ARGS e.g. "--budget 4 --jobs 8"; BENCH_TIMEOUT bounds it so the results still come back.
+      # One shard per GPU, each into its own database under BENCH_DB_DIR (default $OUT); carry that folder to
+      # the next call and the bench goes on where it stopped (`kernellab bench` skips finished problems).
+      suite=${step#bench:}; dbdir=${BENCH_DB_DIR:-$OUT}; mkdir -p "$dbdir"; n=${#GPUS[@]}
+      if [ "$n" -gt 1 ]; then
+        for i in "${!GPUS[@]}"; do
+          CUDA_VISIBLE_DEVICES=${GPUS[$i]} timeout "${BENCH_TIMEOUT:-3000}" $PY -m kernellab.cli bench "$suite" \
+            --db "$dbdir/bench-shard${i}of$n.db" --shard "$i/$n" ${BENCH_ARGS:-} >"$OUT/bench-shard${i}of$n.log" 2>&1 &
+        done
+        wait
+        tail -n 25 "$OUT"/bench-shard*of$n.log
+      else
+        timeout "${BENCH_TIMEOUT:-3000}" $PY -m kernellab.cli bench "$suite" --db "$dbdir/bench.db" ${BENCH_ARGS:-} 2>&1 \
+          | tee "$OUT/bench.log"
+      fi ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
 done
