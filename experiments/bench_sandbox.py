@@ -121,6 +121,17 @@ def main() -> None:
     raw["throughput"] = {"sequential_s": t_seq, "pool_s": t_pool, "ratio": t_seq / t_pool, "statuses": statuses,
                          "medians_ms": [r["median_ms"] for r in res_pool]}
 
+    # where the seconds went: the executor's per-phase wall times (waits for the GPU's lock apart)
+    def phases(results: list[dict]) -> dict[str, float]:
+        tot: dict[str, float] = {}
+        for r in results:
+            for k, v in (r["details"].get("phase_s") or {}).items():
+                tot[k] = tot.get(k, 0.0) + v
+        return {k: round(v / max(1, len(results)), 3) for k, v in sorted(tot.items(), key=lambda kv: -kv[1])}
+
+    raw["phases_mean_s"] = {"warm_evaluation": phases([second, third]), "sequential": phases(res_seq),
+                            "pool": phases(res_pool)}
+
     v = versions()
     dev = torch.cuda.get_device_name(0)
     ok = lambda b: "yes" if b else "NO"  # noqa: E731
@@ -143,6 +154,10 @@ def main() -> None:
         f"{t_pool:.1f} s = {t_seq / t_pool:.2f}x | >= 3x | {ok(t_seq / t_pool >= 3)} |",
         f"| repeatability: medians of two evaluations | {m2:.4f} / {m3:.4f} ms ({rep_pct:.2f}%) | <= 2% | "
         f"{ok(rep_pct <= 2)} |",
+        "",
+        "Mean seconds per evaluation and phase (executor's view; `wait_*` = waiting for the GPU's lock):",
+        "",
+        *[f"- {k}: " + ", ".join(f"{p} {v:.2f}" for p, v in ph.items()) for k, ph in raw["phases_mean_s"].items()],
         "",
         f"All 16 throughput evaluations correct: {all(s == 'correct' for s in statuses)} ({statuses}).",
         "",

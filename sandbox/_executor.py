@@ -58,12 +58,14 @@ class SandboxError(ValueError):
 
 @dataclass(frozen=True)
 class Limits:
-    """Seconds allowed per phase. ``load`` covers building the reference and executing the candidate's
+    """Seconds allowed per phase. ``load`` covers executing the candidate's
     module, ``compile`` its first call (Triton/NVRTC compile there), ``check`` the remaining trials,
     ``timing`` the timed runs (waiting for the GPU's timing lock is not counted), ``baseline`` the
-    one-off torch.compile of the reference."""
+    one-off torch.compile of the reference, ``reference`` the reference's outputs for every trial; any
+    other phase (``follow``, ``kernel_share``) has the ``check`` limit."""
 
     load: float = 120.0
+    reference: float = 300.0
     compile: float = 300.0
     check: float = 300.0
     timing: float = 300.0
@@ -233,6 +235,24 @@ GPU_MARGIN = 2 * GIB
 CONTEXT_BYTES = 768 << 20
 # infrastructure failures worth one more attempt (alone on the device)
 _RETRIED = ("infra:oom", "sandbox")
+
+
+class _Spans:
+    """Wall seconds of one job per phase as the executor sees it (``details.phase_s``), the waits for the
+    GPU's reader/writer lock as phases of their own: what a pool's throughput and a job's overhead are made of."""
+
+    def __init__(self, first: str) -> None:
+        self.label, self.since, self.s = first, time.monotonic(), {}
+
+    def switch(self, label: str) -> str:
+        now = time.monotonic()
+        self.s[self.label] = self.s.get(self.label, 0.0) + now - self.since
+        was, self.label, self.since = self.label, label, now
+        return was
+
+    def done(self) -> dict[str, float]:
+        self.switch("end")
+        return {k: round(v, 3) for k, v in self.s.items() if v > 0}
 
 
 class _GpuClock:
@@ -601,6 +621,7 @@ class LocalExecutor(Executor):
         lock = self._gpu_locks.get(gpu) if w.kind == "cuda" else None
         locked = reading = False
         phase, deadline = "load", time.monotonic() + limits.of("load")
+        spans = _Spans("load")  # where the job's wall time went, waits for the GPU's lock apart
         result: dict | None = None
         keep = True
         try:
@@ -617,6 +638,7 @@ class LocalExecutor(Executor):
                     if msg[0] == "phase":
                         now = time.monotonic()
                         phase, deadline = msg[1], now + limits.of(msg[1])
+                        spans.switch(phase)
                         if phase == "compile":  # the candidate's first call
                             clock.start(now)
                     elif msg[0] == "lock":  # the GPU to itself: timing
@@ -624,7 +646,9 @@ class LocalExecutor(Executor):
                         if reading:  # never wait for the writer lock while holding a read
                             lock.release_read()
                             reading = False
+                        spans.switch("wait_timing_lock")
                         lock.acquire_write()
+                        spans.switch("timing")
                         locked = True
                         clock.hold()
                         phase, deadline = "timing", time.monotonic() + limits.of("timing")
@@ -633,12 +657,15 @@ class LocalExecutor(Executor):
                         if locked:
                             lock.release_write()
                             locked = False
+                        spans.switch("after_timing")
                         clock.release()
                     elif msg[0] == "read":  # shared GPU work; the wait does not count against the phase
                         if lock is not None and not reading and not locked:
                             t0 = time.monotonic()
                             clock.pause()
+                            was = spans.switch("wait_read")
                             lock.acquire_read()
+                            spans.switch(was)
                             reading = True
                             clock.resume()
                             deadline += time.monotonic() - t0
@@ -664,6 +691,7 @@ class LocalExecutor(Executor):
             if reading:
                 lock.release_read()
             clock.stop()
+        result["details"]["phase_s"] = spans.done()
         result["details"]["gpu_s"] = clock.total
         result["details"]["gpu_s_parts"] = {"lock_s": clock.lock_s, "run_s": clock.run_s}
         if need:

@@ -217,7 +217,7 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
         phase = "reference"
         w.limit_gpu_memory(job.get("gpu_grant_bytes"))
         w.read()
-        w.phase("load")
+        w.phase("reference")
         _reference(w, job, state, d)
         if w.device_kind == "cuda":
             mem["reference_peak_bytes"] = torch.cuda.max_memory_allocated(w.device)
@@ -253,7 +253,9 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
             _timing(w, job, state, model, d, r)
         phase = "check"
         w.read()  # the timing held the writer lock and released it
+        w.phase("follow")
         _follow(w, state, model, d)
+        w.phase("kernel_share")
         _kernel_share(w, state, model, d, r)
         r["status"] = "correct"
     except _LoadError as exc:

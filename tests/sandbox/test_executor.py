@@ -210,6 +210,10 @@ def test_a_small_job_shares_the_device():
         r = evaluate(p, RELU, trials=1, timing=False, executor=ex)
         assert r["status"] == "correct" and r["details"]["memory"]["alone"] is False
         assert r["details"]["memory"]["grant_bytes"] == need
+        # the job's wall time by phase, as the executor saw it: each phase the job went through, no other
+        ph = r["details"]["phase_s"]
+        assert {"reference", "load", "compile", "follow", "kernel_share"} <= set(ph), ph
+        assert "timing" not in ph and all(v >= 0 for v in ph.values())
     finally:
         ex.shutdown()
 
