@@ -131,6 +131,9 @@ def main() -> None:
 
     raw["phases_mean_s"] = {"warm_evaluation": phases([second, third]), "sequential": phases(res_seq),
                             "pool": phases(res_pool)}
+    # admission to the GPU's memory budget happens before a job's phases: a pool that does not overlap shows here
+    raw["pool_memory"] = [{k: r["details"].get("memory", {}).get(k) for k in
+                           ("need_bytes", "alone", "admission_wait_s", "estimate_error")} for r in res_pool]
 
     v = versions()
     dev = torch.cuda.get_device_name(0)

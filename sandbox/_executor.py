@@ -351,6 +351,7 @@ class LocalExecutor(Executor):
         self.start_attempts = 0
         self._lock = threading.Lock()
         self._baselines: dict[str, cf.Future] = {}
+        self._estimate_errors: dict[tuple[str, bool], str] = {}
         self._ids = itertools.count()
         self._closed = False
         self._workers: set[_Worker] = set()
@@ -518,7 +519,11 @@ class LocalExecutor(Executor):
             est = self._estimates.get(key)
             peak = self._ref_peaks.get(key)
         if not known:
-            est = estimate(problem, bool(small))
+            try:
+                est = estimate(problem, bool(small), strict=True)
+            except Exception as exc:  # the job then runs alone; its result says why (details.memory)
+                est = None
+                self._estimate_errors[key] = truncate(f"{type(exc).__name__}: {exc}", 300)
             with self._lock:
                 self._estimates[key] = est
         need, floor = est if est else (None, None)
@@ -538,11 +543,14 @@ class LocalExecutor(Executor):
         while True:
             budget = self._budgets.get(place)
             need = grant = None
+            t_admit = 0.0
             got_alone = budget is None
             try:
                 if budget is not None:
                     need, floor = self._need(job.problem, bool(job.small))
+                    t_admit = time.monotonic()
                     grant, got_alone = budget.admit(need, alone, floor)
+                    t_admit = time.monotonic() - t_admit
                 try:
                     result, keep = self._run(worker, job, gpu, grant)
                 finally:
@@ -555,7 +563,10 @@ class LocalExecutor(Executor):
                 result, keep = infra_result(job.config, "sandbox", repr(exc)), False
             if budget is not None:
                 mem = result["details"].setdefault("memory", {})
-                mem.update(need_bytes=need, grant_bytes=grant, alone=got_alone, budget_bytes=budget.budget)
+                mem.update(need_bytes=need, grant_bytes=grant, alone=got_alone, budget_bytes=budget.budget,
+                           admission_wait_s=round(t_admit, 3))
+                if need is None:  # admitted alone for want of an estimate: say why the estimate failed
+                    mem["estimate_error"] = self._estimate_errors.get((job.problem.id, bool(job.small)))
                 peak = mem.get("reference_peak_bytes")
                 if peak:
                     with self._lock:

@@ -166,11 +166,11 @@ def estimate_bytes(problem: Any, small: bool) -> int | None:
     return est[0] if est else None
 
 
-def estimate(problem: Any, small: bool) -> tuple[int, int] | None:
+def estimate(problem: Any, small: bool, strict: bool = False) -> tuple[int, int] | None:
     """(footprint, floor) of a job of ``problem``, built on the meta device (its sizes without
     memory): the floor is its parameters, one trial's inputs and outputs, what the reference needs
     at the least. None when the problem cannot be built there (an op without a meta kernel,
-    data-dependent shapes)."""
+    data-dependent shapes); ``strict``: raise that failure instead."""
     import torch
 
     from kernellab.problem import cast_inputs, output_tensors, torch_dtype
@@ -185,8 +185,12 @@ def estimate(problem: Any, small: bool) -> tuple[int, int] | None:
             with torch.no_grad():
                 outs = output_tensors(model(*inputs))
     except Exception:
+        if strict:
+            raise
         return None
     if not outs:
+        if strict:
+            raise ValueError("the reference returned no tensor on the meta device")
         return None
 
     def size(ts: Any) -> int:

@@ -356,3 +356,18 @@ def test_profile_target_drops_inspect_capabilities(tmp_path):
                    capture_output=True, text=True, timeout=300)
     caps = _cap_eff((tmp_path / "caps.txt").read_text())
     assert not any(caps >> c & 1 for c in _INSPECT_CAPS), hex(caps)
+
+
+def test_a_problem_without_an_estimate_runs_alone_and_says_why():
+    # .item() has no value on the meta device: no footprint, so the job is admitted alone, and its
+    # result names the failure (a pool that does not overlap is otherwise a mystery)
+    p = _tiny("tiny_no_estimate", forward="return x * float(x.abs().max().item() > -1.0)")
+    ex = LocalExecutor(cpu_workers=1, gpu_bytes=1 << 30)
+    try:
+        r = evaluate(p, RELU.replace("torch.relu(x * 2.0) + 1.0", "x * 1.0"), trials=1, timing=False, executor=ex)
+        mem = r["details"]["memory"]
+        assert mem["alone"] is True and mem["need_bytes"] is None, mem
+        assert mem["estimate_error"] and "meta" in mem["estimate_error"].lower(), mem
+        assert mem["admission_wait_s"] >= 0
+    finally:
+        ex.shutdown()
