@@ -106,11 +106,14 @@ def time_gpu(fns: dict[str, Callable[[], Any]], flush: L2Flush, target_ms: float
             prep[n]()
         fns[n]()
         _sync()
+        # synchronised call by call: unsynchronised, the loop measured only the launches, queued as many
+        # calls as it could launch in WARMUP_MS (hundreds), then waited for all of them -- 3 s of a 5.5 ms
+        # GEMM before every timing, inside the GPU's timing lock (sandbox bench, H200)
         t0, k = _perf(), 0
         while k < 3 or ((_perf() - t0) * 1e3 < WARMUP_MS and k < 1000):
             fns[n]()
+            _sync()
             k += 1
-        _sync()
         est[n] = max((_perf() - t0) * 1e3 / k, 1e-3)
     slowest = max(est.values())
     reps = int(min(hi, max(lo, target / slowest)))
