@@ -167,3 +167,21 @@ def test_quick_timing_early_stop_and_gpu_s_on_cuda(sandbox_executor, problem):
         w0, w1 = d["timing_window"]
         assert d["gpu_s_parts"]["lock_s"] >= (w1 - w0) - 0.01, d["gpu_s_parts"]
         assert d["gpu_s_parts"]["run_s"] > 0 and 0 < d["gpu_s"] <= wall
+
+
+def test_timing_warm_up_waits_for_each_call():
+    """The warm-up runs about WARMUP_MS of device work, not as many calls as the host can launch in that
+    time (each queued, then all waited for: hundreds of calls of a slow kernel before every timing)."""
+    import torch
+    from kernellab.sandbox._timing import GPU_MAX_REPS, L2Flush, time_gpu
+
+    calls = {"n": 0}
+
+    def slow() -> None:  # about 5 ms of device time for a few microseconds of launch
+        calls["n"] += 1
+        torch.cuda._sleep(10_000_000)
+
+    t = time_gpu({"slow": slow}, L2Flush(torch.device("cuda")))
+    reps = t["slow"]["reps"]
+    assert t["slow"]["median_ms"] > 1.0 and reps < GPU_MAX_REPS
+    assert calls["n"] - reps <= 1 + 3 + 30, (calls["n"], reps)  # first call, 3 warm-ups, at most ~30 ms more
