@@ -6,7 +6,7 @@
 #
 # The GPU host is offline and lacks langgraph/optuna/sqlite-utils/anthropic: their wheels travel in
 # .whl (made with ../shared/tools/gpu-wheels.sh .whl langgraph langgraph-checkpoint-sqlite optuna
-# sqlite-utils anthropic openai) and are installed into /tmp/site with kernellab itself.
+# sqlite-utils anthropic openai scipy matplotlib) and are installed into /tmp/site with kernellab itself.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
