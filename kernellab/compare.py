@@ -219,7 +219,7 @@ def _label_groups(runs: list[Run], by: str) -> None:
         raise CompareError(f"--by {by!r}: one of {', '.join(GROUPINGS)}")
 
     def prompts(r: Run) -> str:
-        return f"prompts {r.prompts}" if r.prompts else ("builtin (no prompts)" if r.agents == "builtin"
+        return f"prompts {r.prompts}" if r.prompts else ("no prompts" if r.agents == "builtin"
                                                           else "prompts unknown")
 
     parts = {"policy": lambda r: r.policy, "agents": lambda r: r.agents, "prompts": prompts}
