@@ -492,10 +492,10 @@ def study(suite: str, agents: str | None, seeds: int, name: str | None, jobs: in
     --study NAME`. Exit 1 while some campaign of the study is unfinished."""
     from pathlib import Path
 
-    from .bench import BenchError, config_kwargs
+    from .bench import BenchError, config_kwargs, suite_paths
     from .campaign import CampaignError
     from .progress import Progress
-    from .study import StudyError, parse_list, run_study
+    from .study import StudyError, parse_list, plan_cells, run_study
 
     if replay:
         raise UsageFailure("--replay is per campaign; a study runs its cells afresh")
@@ -504,6 +504,8 @@ def study(suite: str, agents: str | None, seeds: int, name: str | None, jobs: in
         if seeds < 1:
             raise StudyError(f"--seeds must be at least 1, got {seeds}")
         policies, agent_list = parse_list(policy, "--policy"), parse_list(agents or llm, "--agents")
+        plan_cells(policies, agent_list, [seed])  # bad input writes nothing, not even the database
+        suite_paths(suite)
         store = _store(db, must_exist=False)
         with Progress(enabled=None if not as_json else False) as progress:
             log = functools.partial(progress.console.print, markup=False, highlight=False, soft_wrap=True)
