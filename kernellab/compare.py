@@ -316,7 +316,8 @@ def analyze(runs: list[Run], *, by: str = "strategy", tie: float = 0.01, n_boot:
     horizon = max(len(r.points) for r in runs)
     max_s = max(r.gpu_s for r in runs)
     xs_n = list(range(1, horizon + 1))
-    xs_t = [max_s * i / (grid - 1) for i in range(grid)] if max_s > 0 else [0.0]
+    # 5% past the last evaluation, so that the value every run ends with is drawn with some width
+    xs_t = [1.05 * max_s * i / (grid - 1) for i in range(grid)] if max_s > 0 else [0.0]
 
     per_run = []
     for r in runs:
@@ -510,6 +511,9 @@ def _curve_plot(result: dict, key: str, xlabel: str, ylabel: str, salt: str, uni
             med = np.array([np.nan if v is None else v for v in c["median"]], dtype=float)
             lo = np.array([np.nan if v is None else v for v in c["p25"]], dtype=float)
             hi = np.array([np.nan if v is None else v for v in c["p75"]], dtype=float)
+            if len(x) and key != "gpu_s":
+                # a step drawn "post" gives the last value no width: hold it for half an evaluation
+                x, med, lo, hi = (np.append(v, v[-1] if k else v[-1] + 0.5) for k, v in enumerate((x, med, lo, hi)))
             ax.step(x, med, where="post", color=colours[g], label=g, linewidth=1.6)
             ax.fill_between(x, lo, hi, step="post", color=colours[g], alpha=0.18, linewidth=0)
         ax.set_xlabel(xlabel)
