@@ -514,6 +514,9 @@ def study(suite: str, agents: str | None, seeds: int, name: str | None, jobs: in
                                out_dir=Path(out_dir) if out_dir else None, progress=progress, log=log)
     except (FileNotFoundError, CampaignError, BenchError, StudyError) as exc:
         raise UsageFailure(str(exc)) from None
+    except KeyboardInterrupt:
+        click.echo("kernellab: interrupted; the same command continues the study where it stopped", err=True)
+        sys.exit(EXIT_FAILED)
 
     def render(r: dict) -> None:
         for c in r["cells"]:
