@@ -104,19 +104,23 @@ class Run:
 # reading the store
 # ------------------------------------------------------------------------------------------------
 def _value(e: dict, objective: str) -> float | None:
+    """The objective, or on the interpreter the search's surrogate; a GPU evaluation without the
+    objective (no torch.compile timing) has no value, never the eager ratio in its place."""
     from kernellab.search import score_of
 
-    return score_of(e, objective)[0]
+    value, surrogate = score_of(e, objective)
+    return None if surrogate and not e.get("interpreted") else value
 
 
 def _prompts_of(camp: dict, calls: list[dict]) -> str | None:
-    """The content hash of the prompts a campaign used: the study's record, else the versions its LLM
-    calls carry (``<role>-<hash>``), else None (builtin agents read no prompt)."""
+    """The content hash of the prompts a campaign used: as recorded when it started (``config.prompts``,
+    or its study's), else from the versions its LLM calls carry (``<role>-<hash>``; campaigns from before
+    the hash was recorded), else None (builtin agents read no prompt)."""
     from kernellab.problem import content_hash
 
-    tag = camp["config"].get("study") or {}
-    if tag.get("prompts"):
-        return tag["prompts"]
+    recorded = (camp["config"].get("study") or {}).get("prompts") or camp["config"].get("prompts")
+    if recorded:
+        return recorded
     versions = sorted({c["prompt_version"] for c in calls if c.get("prompt_version")})
     return content_hash(*versions, n=12) if versions else None
 

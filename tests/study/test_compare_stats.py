@@ -169,3 +169,34 @@ def test_compare_cli_errors_are_one_line(tmp_path) -> None:
     out = json.loads(r.stdout)
     assert out["groups"] == ["greedy"] and out["html"] == str(tmp_path / "p.html")
     assert (tmp_path / "p.html").read_text().startswith("<!doctype html>")
+
+
+def test_a_gpu_evaluation_without_the_objective_has_no_value() -> None:
+    """Under speedup_compile, an evaluation with no torch.compile timing is not scored by its eager ratio
+    (the search's interpreter surrogate); only measured speedups vs torch.compile count."""
+    store = Store(":memory:")
+    add_run(store, "c", PROBLEMS[0], policy="greedy", seed=0, objective="speedup_compile",
+            values=[{"speedup": 1.0}, {"speedup": 5.0, "speedup_compile": None, "compile_ms": None}])
+    result = compare(store, campaigns=["c"], n_boot=10)
+    run = result["runs"][0]
+    assert result["value_label"] == "speedup vs torch.compile"
+    assert run["best"] == pytest.approx(1.2) and run["final"] == pytest.approx(1.2)
+
+
+def test_llm_campaigns_record_their_prompts_hash_and_compare_groups_by_it() -> None:
+    from kernellab.campaign import CampaignConfig, start_campaign
+    from kernellab.study import prompts_version
+
+    store = Store(":memory:")
+    version = prompts_version("anthropic:m")
+    assert version and version == prompts_version("openai:x") and prompts_version("builtin") is None
+    cid = start_campaign(store, CampaignConfig(problems=["p0.py"], llm="anthropic:m"), problems=[PROBLEMS[0]])
+    assert store.get_campaign(cid)["config"]["prompts"] == version
+    cid2 = start_campaign(store, CampaignConfig(problems=["p0.py"]), name="b", problems=[PROBLEMS[0]])
+    assert "prompts" not in store.get_campaign(cid2)["config"]
+    for c in (cid, cid2):
+        cand = store.add_candidate(c, PROBLEMS[0].id, f"class ModelNew: pass  # {c}\n")
+        store.add_evaluation(cand, {"status": "correct", "median_ms": 1.0, "eager_ms": 1.5, "speedup_eager": 1.5})
+        store.update_campaign(c, status="done")
+    result = compare(store, campaigns=[cid, cid2], by="prompts", n_boot=10)
+    assert result["groups"] == ["no prompts", f"prompts {version}"]
