@@ -304,12 +304,15 @@ def _write(result: dict, jpath: Path, mpath: Path) -> None:
 
 def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, allow_library: bool = False,
               out_dir: Path = RESULTS, progress: Any = None, jobs: int = 1, shard: tuple[int, int] | None = None,
-              log: Callable[[str], None] | None = None) -> tuple[dict, Path, Path]:
+              log: Callable[[str], None] | None = None, extra: dict | None = None,
+              tag: dict | None = None) -> tuple[dict, Path, Path]:
     """Run the suite's problems (this shard's) that have no finished campaign under this configuration:
     skip the finished, resume the unfinished, start the rest. ``jobs`` campaigns run at once (threads
     sharing one sandbox executor): loading, compiling and checking overlap while the executor still
     allows one timing per GPU at a time. The result files (scored over the whole suite) are rewritten
-    atomically after every finished problem, so an interrupted bench keeps what it measured."""
+    atomically after every finished problem, so an interrupted bench keeps what it measured.
+    ``extra``: settings outside CampaignConfig that change results (a study's prompt hash), hashed with
+    it; ``tag``: keys merged into each new campaign's config (a study's name and cell)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from kernellab import sandbox
@@ -318,7 +321,7 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     problems = [load_problem(p) for p in paths]  # all-or-nothing: a bad file stops before any work
     mine = shard_indices(paths, shard)
     CampaignConfig(problems=[str(p) for p in paths], **config_kw).validate()
-    cfg = bench_config(config_kw)
+    cfg = {**bench_config(config_kw), **(extra or {})}
     chash = config_hash(cfg)
     stamp = _dt.datetime.now(_dt.timezone.utc)
     device = config_kw.get("device") or env.default_device()
@@ -365,7 +368,8 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
             cid = start_campaign(store, ccfg, problems=[prob], name=f"bench-{Path(suite).stem}-{prob.name}-"
                                                                     f"{chash[:8]}-{stamp.strftime('%Y%m%d-%H%M%S')}")
             camp = store.get_campaign(cid)
-            store.update_campaign(cid, config={**camp["config"], "bench": {"config_hash": chash, "suite": suite}})
+            store.update_campaign(cid, config={**camp["config"], **(tag or {}),
+                                               "bench": {"config_hash": chash, "suite": suite}})
         else:
             cid = resume
         if progress is not None:

@@ -467,5 +467,101 @@ def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None
     sys.exit(EXIT_OK if result["summary"]["correct"] else EXIT_FAILED)
 
 
+# ------------------------------------------------------------------------------------------------
+# studies of strategies: study (run the matrix) and compare (statistics, plots)
+# ------------------------------------------------------------------------------------------------
+@main.command()
+@click.argument("suite")
+@_campaign_options
+@click.option("--agents", default=None, metavar="A,B",
+              help="Agents to compare, comma-separated: builtin, anthropic:<model>, openai:<model> [default: --llm].")
+@click.option("--seeds", default=2, show_default=True, help="Seeds per strategy, counting up from --seed.")
+@click.option("--name", default=None, help="The study's name [default: <suite>-study]; a rerun grows or resumes it.")
+@click.option("--jobs", default=1, show_default=True, help="Campaigns run at once within a cell.")
+@click.option("--out-dir", type=click.Path(), default=None,
+              help="Where each cell's bench result files go [default: experiments/results/study-<name>].")
+@db_option
+@json_option
+@_errors
+def study(suite: str, agents: str | None, seeds: int, name: str | None, jobs: int, out_dir: str | None, db: str,
+          as_json: bool, device: str, policy: str, llm: str, seed: int, replay: str | None, **opts: Any) -> None:
+    """Run a matrix of search strategies over SUITE into one database: every policy of --policy
+    (comma-separated: greedy,beam,uct,evolve) x every --agents x --seeds seeds, one bench campaign
+    per problem, each campaign tagged with the study and its cell. Incremental like bench: a rerun
+    skips what finished under the same configuration and resumes the rest. Then `kernellab compare
+    --study NAME`. Exit 1 while some campaign of the study is unfinished."""
+    from pathlib import Path
+
+    from .bench import BenchError, config_kwargs, suite_paths
+    from .campaign import CampaignError
+    from .progress import Progress
+    from .study import StudyError, parse_list, plan_cells, run_study
+
+    if replay:
+        raise UsageFailure("--replay is per campaign; a study runs its cells afresh")
+    kw = config_kwargs(device=None if device == "auto" else device, **opts)
+    try:
+        if seeds < 1:
+            raise StudyError(f"--seeds must be at least 1, got {seeds}")
+        policies, agent_list = parse_list(policy, "--policy"), parse_list(agents or llm, "--agents")
+        plan_cells(policies, agent_list, [seed])  # bad input writes nothing, not even the database
+        suite_paths(suite)
+        store = _store(db, must_exist=False)
+        with Progress(enabled=None if not as_json else False) as progress:
+            log = functools.partial(progress.console.print, markup=False, highlight=False, soft_wrap=True)
+            result = run_study(suite, store, name=name, policies=policies, agents=agent_list,
+                               seeds=list(range(seed, seed + seeds)), config_kw=kw, jobs=jobs,
+                               out_dir=Path(out_dir) if out_dir else None, progress=progress, log=log)
+    except (FileNotFoundError, CampaignError, BenchError, StudyError) as exc:
+        raise UsageFailure(str(exc)) from None
+    except KeyboardInterrupt:
+        click.echo("kernellab: interrupted; the same command continues the study where it stopped", err=True)
+        sys.exit(EXIT_FAILED)
+
+    def render(r: dict) -> None:
+        for c in r["cells"]:
+            click.echo(f"{c['key']}: {c['finished']}/{c['problems']} problems finished")
+        click.echo(f"study {r['study']}: {r['campaigns_finished']}/{r['campaigns_total']} campaigns finished; "
+                   f"compare with `kernellab compare --study {r['study']} --db {db} -o {r['study']}.html`")
+
+    emit(result, as_json, render)
+    sys.exit(EXIT_OK if result["complete"] else EXIT_FAILED)
+
+
+@main.command()
+@click.argument("campaigns", nargs=-1)
+@click.option("--study", "study_name", default=None, metavar="NAME", help="Compare the cells of this study.")
+@click.option("--by", type=click.Choice(["strategy", "policy", "agents", "prompts"]), default="strategy",
+              show_default=True, help="How runs are grouped (prompts: A/B of prompt and skill content hashes).")
+@click.option("--tie", default=0.01, show_default=True, help="Relative difference within which a pair ties.")
+@click.option("--bootstrap", "n_boot", default=10_000, show_default=True, help="Bootstrap resamples.")
+@click.option("-o", "--output", default=None, metavar="FILE", help="Write the HTML page (plots and tables) here.")
+@db_option
+@json_option
+@_errors
+def compare(campaigns: tuple[str, ...], study_name: str | None, by: str, tie: float, n_boot: int,
+            output: str | None, db: str, as_json: bool) -> None:
+    """Compare search strategies: a study's cells (--study NAME) or CAMPAIGNs. Per strategy: best so
+    far against evaluations and GPU-seconds (median and band over problems and seeds), area under
+    that curve, evaluations to 95% of the best found, a win/tie/loss matrix with a bootstrap interval
+    and a Wilcoxon test, LLM tokens and dollars per unit of gain, failures by class. Interpreted (CPU)
+    runs are compared on the interpreter's eager/candidate ratio and claim no speedup."""
+    from . import compare as compare_mod
+
+    store = _store(db)
+    try:
+        result = compare_mod.compare(store, study=study_name, campaigns=campaigns, by=by, tie=tie, n_boot=n_boot)
+    except compare_mod.CompareError as exc:
+        raise UsageFailure(str(exc)) from None
+    if output:
+        result["html"] = str(compare_mod.write_html(result, output))
+    if as_json:
+        click.echo(compare_mod.to_json(result))
+    else:
+        click.echo(compare_mod.to_text(result))
+        if output:
+            click.echo(f"page written to {result['html']}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The GPU tests and the GPU benchmarks in one call, on a CUDA host (e.g. the H200 behind the `device`
 # tool). Usage: scripts/gpu_check.sh [STEP...]   STEPs: env tests tests-slow eager sandbox gemm tuning builtin
-# bench:SUITE (default: env tests). Logs and results go to $OUT (default ./gpu-out); result files
+# bench:SUITE study:SUITE (default: env tests). Logs and results go to $OUT (default ./gpu-out); result files
 # are also written under experiments/results/.
 #
 # The GPU host is offline and lacks langgraph/optuna/sqlite-utils/anthropic: their wheels travel in
 # .whl (made with ../shared/tools/gpu-wheels.sh .whl langgraph langgraph-checkpoint-sqlite optuna
-# sqlite-utils anthropic openai) and are installed into /tmp/site with kernellab itself.
+# sqlite-utils anthropic openai scipy matplotlib) and are installed into /tmp/site with kernellab itself.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -74,6 +74,20 @@ for step in "${steps[@]}"; do
       else
         timeout "${BENCH_TIMEOUT:-3000}" $PY -m kernellab.cli bench "$suite" --db "$dbdir/bench.db" ${BENCH_ARGS:-} 2>&1 \
           | tee "$OUT/bench.log"
+      fi ;;
+    study:*) # the strategy study (README "Studying search strategies"): STUDY_ARGS e.g. "--policy greedy,beam,uct,evolve
+      # --seeds 2 --budget 16 --jobs 4"; the database of the last call (STUDY_DB, or STUDY_DB.gz placed in the
+      # working tree, where it travels as an untracked file) makes it resume where that call stopped; SIGINT at
+      # STUDY_TIMEOUT, SIGKILL 60 s later (a killed campaign resumes); the database comes back gzipped in $OUT
+      db=${STUDY_DB:-study.db}
+      [ -f "$db" ] || { [ -f "$db.gz" ] && gunzip -k "$db.gz"; }
+      timeout -s INT -k 60 "${STUDY_TIMEOUT:-520}" $PY -m kernellab.cli study "${step#study:}" --db "$db" \
+        --name "${STUDY_NAME:-policies}" ${STUDY_ARGS:-} 2>&1 | tee "$OUT/study.log"
+      $PY -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" "$db" "$OUT/$(basename "$db")" \
+        && gzip -f "$OUT/$(basename "$db")"
+      if $PY -c "import scipy, matplotlib" 2>/dev/null; then
+        $PY -m kernellab.cli compare --study "${STUDY_NAME:-policies}" --db "$db" -o "$OUT/study.html" --json \
+          > "$OUT/study.json" 2>>"$OUT/study.log"
       fi ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac

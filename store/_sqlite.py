@@ -19,7 +19,7 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 _OBJECTIVES = {"speedup_eager", "speedup_compile"}
 # sqlite-utils and our own tables; anything else in a file we did not create means "not ours"
 _OURS = {"campaigns", "problems", "candidates", "evaluations", "metrics", "llm_calls", "events",
-         "baselines", "_sqlite_migrations"}
+         "baselines", "studies", "_sqlite_migrations"}
 
 
 def _hash(*parts: str) -> str:
@@ -180,6 +180,22 @@ class SQLiteStore(BaseStore):
             cur = c.execute(f"update campaigns set {', '.join(sets)} where id = ?", [*params, campaign_id])
             if cur.rowcount == 0:
                 raise StoreError(f"no campaign {campaign_id!r}")
+
+    # -- studies (kernellab study / compare) ----------------------------------------------------
+    def put_study(self, name: str, suite: str, config: dict) -> None:
+        """Create study ``name`` or replace its config (the matrix grows when a study is rerun with
+        more policies, agents or seeds); ``created_at`` is kept."""
+        ts = now()
+        with self._write() as c:
+            c.execute("INSERT INTO studies (name, suite, created_at, updated_at, config_json) VALUES (?,?,?,?,?) "
+                      "ON CONFLICT(name) DO UPDATE SET suite = excluded.suite, updated_at = excluded.updated_at, "
+                      "config_json = excluded.config_json", [name, suite, ts, ts, canonical_json(config)])
+
+    def get_study(self, name: str) -> dict | None:
+        return self._one("select * from studies where name = ?", [name])
+
+    def list_studies(self) -> list[dict]:
+        return self._all("select * from studies order by created_at")
 
     # -- problems and candidates ---------------------------------------------------------------
     def add_problem(self, problem: Any) -> str:
