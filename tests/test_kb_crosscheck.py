@@ -140,6 +140,7 @@ def test_without_cuda_it_stops_with_one_line(bench_db: Path, tmp_path: Path) -> 
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_slow  # 225 s on the H200, the suite's longest case: with tests-slow, not in every GPU call
 def test_crosscheck_end_to_end_on_gpu(tmp_path: Path) -> None:
     """A real bench on one problem, then KernelBench's own harness on its winner: both say correct."""
     kb = Path(os.environ.get("KERNELBENCH_DIR") or ROOT.parent / "shared" / "kernelbench")
