@@ -1,6 +1,6 @@
 """The shared vocabulary: words and rules that several parts of kernellab must agree on, written once.
 
-- :class:`Status` -- an evaluation's outcome (DESIGN.md "Evaluation"); :data:`STATUSES`, :data:`FAILED`.
+- :class:`Status` -- an evaluation's outcome; :data:`STATUSES`, :data:`FAILED`.
 - :class:`Kind` -- what an evaluation row is: ``full`` (the judged evaluation of a candidate),
   ``trial`` (an Optuna trial), ``retime`` (a full re-timing: of a tuned config, or, marked
   ``details.winner_retime``, of a problem's winner), ``profile`` (an ncu run carrying metrics).
