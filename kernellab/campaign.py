@@ -26,7 +26,7 @@ from typing import Any
 from kernellab import env
 from kernellab.problem import Problem, load_problem
 from kernellab.small import small_overrides
-from kernellab.vocab import DEFAULT_OBJECTIVE, OBJECTIVES
+from kernellab.vocab import DEFAULT_OBJECTIVE, OBJECTIVES, Kind
 
 __all__ = ["CampaignConfig", "TUNE_TRIALS_MIN", "TUNE_TRIALS_MAX", "check_campaign", "start_campaign", "run_campaign", "resume_campaign", "CampaignError",
            "CampaignBusy", "campaign_lock", "retime_winners", "run"]
@@ -420,7 +420,7 @@ def _retime(store: Any, camp: dict, config: CampaignConfig, problems: dict[str, 
                 del tries[pid]
                 continue
             sel = rows[0]
-            earlier = [e for e in store.evaluations(candidate_id=sel["candidate_id"], kind="retime")
+            earlier = [e for e in store.evaluations(candidate_id=sel["candidate_id"], kind=Kind.RETIME)
                        if is_winner_retime(e) and e["config_json"] == sel["config_json"]]
             if earlier and not (force and tries[pid] == 0):
                 out[pid] = {"problem": name, "candidate_id": sel["candidate_id"], "evaluation_id": earlier[-1]["id"],
@@ -452,7 +452,7 @@ def _retime(store: Any, camp: dict, config: CampaignConfig, problems: dict[str, 
                                  WINNER_RETIME: {"selected": sel["id"], "objective": config.objective,
                                                  "band": _band(result)}}
             result["id"] = store.evaluation_id(sel["candidate_id"], result["config"], f"retime:winner:{n}")
-            row["evaluation_id"] = store.add_evaluation(sel["candidate_id"], result, kind="retime")
+            row["evaluation_id"] = store.add_evaluation(sel["candidate_id"], result, kind=Kind.RETIME)
             if result.get("status") == "correct":
                 out[pid] = {**row, "outcome": "re-timed"}
                 del tries[pid]

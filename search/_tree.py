@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernellab.problem import content_hash
-from kernellab.vocab import Status, check_objective
+from kernellab.vocab import Kind, Status, check_objective
 from kernellab.vocab import is_judged as _judged
 
 __all__ = ["Node", "Tree", "score_of"]
@@ -175,6 +175,6 @@ class Tree:
             self.reload()
             return cid, result, True
         result = evaluate(source)
-        self.store.add_evaluation(cid, result, kind="full")
+        self.store.add_evaluation(cid, result, kind=Kind.FULL)
         self.reload()
         return cid, result, False

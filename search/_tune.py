@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # the vocabulary's SPACE/CONFIG reading, also this module's public names (tests, experiments/bench_tuning.py)
-from kernellab.vocab import SpaceError, canonical_json, flatten_space, is_nested, read_space, unflatten
+from kernellab.vocab import Kind, SpaceError, canonical_json, flatten_space, is_nested, read_space, unflatten
 
 __all__ = ["SpaceError", "read_space", "parse_space", "space_size", "make_sampler", "tune", "TuneResult",
            "study_name", "optuna_storage"]
@@ -226,7 +226,7 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
         for fut in done:
             trial = in_flight.pop(fut)
             result = _result_of(fut, unflatten({**config, **trial.params}, nested))
-            store.add_evaluation(candidate["id"], result, kind="trial")
+            store.add_evaluation(candidate["id"], result, kind=Kind.TRIAL)
             state, value = _judge(trial, result)
             seen[canonical_json(trial.params)] = (state, value, trial.number)
             _tell(study, trial, state, value)
@@ -237,7 +237,7 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
     futures = [runner.submit(c, False) for c in configs]
     retimes = [_result_of(f, unflatten(c, nested)) for f, c in zip(futures, configs, strict=True)]
     for r in retimes:
-        store.add_evaluation(candidate["id"], r, kind="retime")
+        store.add_evaluation(candidate["id"], r, kind=Kind.RETIME)
     retimed = [{"config": r["config"], "status": r["status"], "median_ms": r.get("median_ms")} for r in retimes]
     good = [r for r in retimes if r.get("status") == "correct" and r.get("median_ms")]
     best = min(good, key=lambda r: r["median_ms"], default=None)
