@@ -74,3 +74,10 @@ def test_export_bakes_the_sandboxs_nested_merge() -> None:
     ns = {}
     exec(_bake("CONFIG = {'A': 1}\n", {"A": 2}), ns)
     assert ns["CONFIG"] == {"A": 2}
+
+
+def test_every_status_has_a_colour_in_the_report() -> None:
+    from kernellab._svg import STATUS_COLOURS
+    from kernellab.vocab import STATUSES
+
+    assert set(STATUSES) <= set(STATUS_COLOURS)
