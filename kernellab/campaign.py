@@ -28,8 +28,8 @@ from kernellab.problem import Problem, load_problem
 from kernellab.small import small_overrides
 from kernellab.vocab import DEFAULT_OBJECTIVE, OBJECTIVES, Kind
 
-__all__ = ["CampaignConfig", "TUNE_TRIALS_MIN", "TUNE_TRIALS_MAX", "check_campaign", "start_campaign", "run_campaign", "resume_campaign", "CampaignError",
-           "CampaignBusy", "campaign_lock", "retime_winners", "run"]
+__all__ = ["CampaignConfig", "TUNE_TRIALS_MIN", "TUNE_TRIALS_MAX", "check_campaign", "start_campaign", "run_campaign",
+           "resume_campaign", "CampaignError", "CampaignBusy", "campaign_lock", "retime_winners", "run"]
 
 
 class CampaignError(RuntimeError):
