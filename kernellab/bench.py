@@ -37,6 +37,7 @@ from kernellab.campaign import CampaignConfig, check_campaign, run_campaign, sta
 from kernellab.fileio import write_atomic
 from kernellab.problem import Problem, load_problem
 from kernellab.sandbox import KERNEL_WIN_SHARE
+from kernellab.vocab import Kind, Status, best_key
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "experiments" / "results"
@@ -104,13 +105,16 @@ def shard_indices(paths: Sequence[Path], shard: tuple[int, int] | None) -> list[
 
 
 def bench_config(config_kw: dict) -> dict:
-    """The settings that affect a problem's result, with ``device`` and ``small`` resolved as the
-    campaign resolves them (None = cuda when available; SMALL sizes on the CPU only)."""
+    """The settings that affect a problem's result, with ``device``, ``small`` and ``tune_trials``
+    resolved as the campaign resolves them (None = cuda when available; SMALL sizes on the CPU only;
+    ``CampaignConfig.tune_trials_on``)."""
     cfg = asdict(CampaignConfig(problems=[], **config_kw))
     cfg.pop("problems")
     device = cfg["device"] or env.default_device()
     cfg["device"] = "cuda" if device.startswith("cuda") else device
     cfg["small"] = (cfg["device"] == "cpu") if cfg["small"] is None else bool(cfg["small"])
+    # resolved too: a CPU bench keeps its earlier hash (0, no tuning), a GPU one names its trials
+    cfg["tune_trials"] = CampaignConfig(problems=[], **config_kw).tune_trials_on(cfg["device"])
     return cfg
 
 
@@ -143,19 +147,17 @@ def _counts(e: dict, allow_library: bool) -> bool:
 
 
 def _pick(evals: list[dict], objective: str) -> dict | None:
-    if not evals:
-        return None
-    return max(evals, key=lambda e: (e[objective] is not None, e[objective] or 0.0, -(e["median_ms"] or 0.0)))
+    return min(evals, key=best_key(objective), default=None)
 
 
 def problem_row(store: Any, campaign_id: str, objective: str = "speedup_eager", allow_library: bool = False) -> dict:
     camp = store.get_campaign(campaign_id)
     pid = camp["config"]["problem_ids"][0]
     prob = store.get_problem(pid)
-    full = [e for e in store.evaluations(campaign_id=campaign_id) if e["kind"] == "full"]
+    full = store.evaluations(campaign_id=campaign_id, kind=Kind.FULL)
     failures: dict[str, int] = {}
     for e in full:
-        if e["status"] != "correct":
+        if e["status"] != Status.CORRECT:
             key = e["error_class"] or e["status"]
             failures[key] = failures.get(key, 0) + 1
     cands = store.candidates(campaign_id, pid)

@@ -26,9 +26,10 @@ from typing import Any
 from kernellab import env
 from kernellab.problem import Problem, load_problem
 from kernellab.small import small_overrides
+from kernellab.vocab import DEFAULT_OBJECTIVE, OBJECTIVES, Kind
 
-__all__ = ["CampaignConfig", "check_campaign", "start_campaign", "run_campaign", "resume_campaign", "CampaignError",
-           "CampaignBusy", "campaign_lock", "retime_winners", "run"]
+__all__ = ["CampaignConfig", "TUNE_TRIALS_MIN", "TUNE_TRIALS_MAX", "check_campaign", "start_campaign", "run_campaign",
+           "resume_campaign", "CampaignError", "CampaignBusy", "campaign_lock", "retime_winners", "run"]
 
 
 class CampaignError(RuntimeError):
@@ -37,6 +38,13 @@ class CampaignError(RuntimeError):
 
 class CampaignBusy(CampaignError):
     """The campaign is being run by another process (or thread) right now."""
+
+
+# Tuning on a GPU when --tune-trials is not given: Optuna trials per candidate = the candidate budget
+# clamped to [TUNE_TRIALS_MIN, TUNE_TRIALS_MAX], so that a longer campaign also tunes each candidate
+# longer (a trial is a quick timing, about the cost of one evaluation) and tuning costs at most about as
+# many sandbox jobs per candidate as the whole search has candidates. Never more than the SPACE holds.
+TUNE_TRIALS_MIN, TUNE_TRIALS_MAX = 4, 32
 
 
 @dataclass
@@ -53,8 +61,8 @@ class CampaignConfig:
     trials: int = 5  # correctness trials per evaluation
     width: int = 4  # proposals expanded in parallel per round
     debug_rounds: int = 3
-    tune_trials: int = 0  # Optuna trials per candidate with a SPACE (0 = no tuning)
-    objective: str = "speedup_eager"
+    tune_trials: int | None = None  # Optuna trials per candidate with a SPACE; 0 = none, None = tune_trials_on
+    objective: str = DEFAULT_OBJECTIVE
     target: float | None = None  # stop a problem once this speedup is reached
     plateau: int = 8  # stop a problem when its last N new candidates gained < plateau_gain
     plateau_gain: float = 0.01
@@ -69,12 +77,24 @@ class CampaignConfig:
             raise CampaignError("--budget must be at least 1")
         if self.width < 1:
             raise CampaignError("--width must be at least 1")
-        if self.objective not in ("speedup_eager", "speedup_compile"):
-            raise CampaignError(f"objective {self.objective!r} is not speedup_eager or speedup_compile")
+        if self.tune_trials is not None and self.tune_trials < 0:
+            raise CampaignError(f"--tune-trials must be >= 0 (0: no tuning), got {self.tune_trials}")
+        if self.objective not in OBJECTIVES:
+            raise CampaignError(f"objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
         if self.device not in (None, "cpu", "cuda"):
             raise CampaignError(f"--device {self.device!r} is not cpu or cuda")
         if self.device == "cuda" and not env.has_cuda():
             raise CampaignError("--device cuda, but no CUDA device is visible")
+
+    def tune_trials_on(self, device: str) -> int:
+        """Optuna trials per candidate with a SPACE on ``device`` ("cuda" or "cpu"): ``tune_trials`` when
+        given; else, on a GPU, the candidate budget clamped to [TUNE_TRIALS_MIN, TUNE_TRIALS_MAX], and
+        on the CPU none (interpreted timings cannot rank configurations, and each costs minutes)."""
+        if self.tune_trials is not None:
+            return self.tune_trials
+        if not str(device).startswith("cuda"):
+            return 0
+        return max(TUNE_TRIALS_MIN, min(TUNE_TRIALS_MAX, self.budget))
 
 
 def start_campaign(store: Any, config: CampaignConfig, name: str | None = None, agents: Any = None,
@@ -183,8 +203,8 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     own_executor = executor is None
     executor = executor or sandbox.LocalExecutor()
     policy = search.get_policy(config.policy, seed=config.seed)
-    budget = search.Budget(candidates=config.budget, wall_s=config.time_budget_s, gpu_s=config.gpu_budget_s,
-                           llm_usd=config.usd_budget)
+    budget = search.Budget.of_campaign(asdict(config))
+    tune_trials = config.tune_trials_on(device)
 
     def evaluate_many(problem: Problem, cands: list[dict]) -> Iterator[tuple[str, dict]]:
         # evaluate() blocks on its job; threads keep several jobs in flight in the executor's pool
@@ -208,10 +228,8 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
                                   plateau=config.plateau, plateau_gain=config.plateau_gain)
 
     def tune(problem: Problem, cand: dict) -> dict | None:
-        if config.tune_trials <= 0:
-            return None
         # search.tune returns TuneResult.to_dict() already
-        return search.tune(problem, cand, store=store, executor=executor, n_trials=config.tune_trials,
+        return search.tune(problem, cand, store=store, executor=executor, n_trials=tune_trials,
                            seed=config.seed, small=config.small, device=device)
 
     def profile(problem: Problem, cand: dict, best: dict) -> tuple[list, str | None]:
@@ -232,7 +250,7 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     ctx = Context(fatal=fatal, store=store, campaign_id=camp["id"], config=asdict(config), problems=problems, agents=agents,
                   evaluate_many=evaluate_many, select=policy.select,
                   make_tree=lambda pid: search.Tree(store, camp["id"], pid, objective=config.objective),
-                  stop_check=stop_check, tune=tune, profile=profile, progress=progress)
+                  stop_check=stop_check, tune=tune if tune_trials > 0 else None, profile=profile, progress=progress)
     if progress is not None:
         progress.update(campaign=camp["name"], problems_total=len(problems), budget_candidates=config.budget,
                         budget_wall_s=config.time_budget_s)
@@ -406,7 +424,7 @@ def _retime(store: Any, camp: dict, config: CampaignConfig, problems: dict[str, 
                 del tries[pid]
                 continue
             sel = rows[0]
-            earlier = [e for e in store.evaluations(candidate_id=sel["candidate_id"], kind="retime")
+            earlier = [e for e in store.evaluations(candidate_id=sel["candidate_id"], kind=Kind.RETIME)
                        if is_winner_retime(e) and e["config_json"] == sel["config_json"]]
             if earlier and not (force and tries[pid] == 0):
                 out[pid] = {"problem": name, "candidate_id": sel["candidate_id"], "evaluation_id": earlier[-1]["id"],
@@ -438,7 +456,7 @@ def _retime(store: Any, camp: dict, config: CampaignConfig, problems: dict[str, 
                                  WINNER_RETIME: {"selected": sel["id"], "objective": config.objective,
                                                  "band": _band(result)}}
             result["id"] = store.evaluation_id(sel["candidate_id"], result["config"], f"retime:winner:{n}")
-            row["evaluation_id"] = store.add_evaluation(sel["candidate_id"], result, kind="retime")
+            row["evaluation_id"] = store.add_evaluation(sel["candidate_id"], result, kind=Kind.RETIME)
             if result.get("status") == "correct":
                 out[pid] = {**row, "outcome": "re-timed"}
                 del tries[pid]

@@ -14,7 +14,9 @@ from typing import Any
 
 import click
 
+from .campaign import TUNE_TRIALS_MAX, TUNE_TRIALS_MIN, CampaignConfig
 from .problem import ProblemError
+from .vocab import OBJECTIVES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -130,6 +132,7 @@ def show(candidate: str, db: str, as_json: bool, source: bool) -> None:
 def lineage(candidate: str, db: str, as_json: bool) -> None:
     """The path from the root to CANDIDATE: each step's action and its best evaluation."""
     from . import views
+    from .vocab import JUDGED
 
     store = _store(db)
     cand = store.get_candidate(candidate)
@@ -137,7 +140,7 @@ def lineage(candidate: str, db: str, as_json: bool) -> None:
         raise UsageFailure(f"no candidate {candidate!r} in {db} (or the prefix is ambiguous)")
     steps = []
     for c in store.lineage(cand["id"]):
-        evals = [e for e in store.evaluations(candidate_id=c["id"]) if e["kind"] in ("full", "retime")]
+        evals = [e for e in store.evaluations(candidate_id=c["id"]) if e["kind"] in JUDGED]
         steps.append({"id": c["id"], "depth": c["depth"], "action": c["action"], "origin": c["origin"],
                       "evaluations": [{k: e[k] for k in ("status", "median_ms", "speedup_eager",
                                                          "speedup_compile", "interpreted", "config")}
@@ -201,29 +204,37 @@ def _not_yet(what: str) -> None:
 # ------------------------------------------------------------------------------------------------
 # campaigns, reports, export, benchmark: implemented in later parts (each says so until it exists)
 # ------------------------------------------------------------------------------------------------
+# every campaign option's default is CampaignConfig's, so the CLI, bench and kernellab.run agree
+_DEFAULT = CampaignConfig(problems=[])
+
+
 def _campaign_options(fn: Callable) -> Callable:
+    d = _DEFAULT
     opts = [
-        click.option("--llm", default="builtin", show_default=True, metavar="BACKEND",
+        click.option("--llm", default=d.llm, show_default=True, metavar="BACKEND",
                      help="builtin (offline), anthropic:<model> (ANTHROPIC_API_KEY) or openai:<model> (with --base-url)."),
-        click.option("--base-url", default=None, help="OpenAI-compatible server (vLLM, llama.cpp, Ollama)."),
-        click.option("--budget", default=8, show_default=True, help="Candidates per problem (debugger fixes included)."),
-        click.option("--time-budget", "time_budget_s", type=float, default=None, metavar="SECONDS",
+        click.option("--base-url", default=d.base_url, help="OpenAI-compatible server (vLLM, llama.cpp, Ollama)."),
+        click.option("--budget", default=d.budget, show_default=True,
+                     help="Candidates per problem (debugger fixes included)."),
+        click.option("--time-budget", "time_budget_s", type=float, default=d.time_budget_s, metavar="SECONDS",
                      help="Active wall time for the whole campaign."),
-        click.option("--gpu-budget", "gpu_budget_s", type=float, default=None, metavar="SECONDS",
+        click.option("--gpu-budget", "gpu_budget_s", type=float, default=d.gpu_budget_s, metavar="SECONDS",
                      help="Summed evaluation time."),
-        click.option("--usd-budget", type=float, default=None, metavar="DOLLARS", help="LLM spending limit."),
-        click.option("--policy", default="greedy", show_default=True, help="Search policy: greedy, beam, uct, evolve."),
-        click.option("--seed", default=0, show_default=True, help="Seed of the search policy and the tuner."),
-        click.option("--trials", default=5, show_default=True, help="Correctness trials per evaluation."),
-        click.option("--width", default=4, show_default=True, help="Proposals expanded in parallel per round."),
-        click.option("--debug-rounds", default=3, show_default=True, help="Debugger rounds per failing lineage."),
-        click.option("--tune-trials", default=0, show_default=True, help="Optuna trials per candidate with a SPACE."),
-        click.option("--objective", type=click.Choice(["speedup_eager", "speedup_compile"]), default="speedup_eager",
-                     show_default=True),
-        click.option("--target", type=float, default=None, help="Stop a problem once this speedup is reached."),
+        click.option("--usd-budget", type=float, default=d.usd_budget, metavar="DOLLARS", help="LLM spending limit."),
+        click.option("--policy", default=d.policy, show_default=True, help="Search policy: greedy, beam, uct, evolve."),
+        click.option("--seed", default=d.seed, show_default=True, help="Seed of the search policy and the tuner."),
+        click.option("--trials", default=d.trials, show_default=True, help="Correctness trials per evaluation."),
+        click.option("--width", default=d.width, show_default=True, help="Proposals expanded in parallel per round."),
+        click.option("--debug-rounds", default=d.debug_rounds, show_default=True,
+                     help="Debugger rounds per failing lineage."),
+        click.option("--tune-trials", type=int, default=d.tune_trials, metavar="N",
+                     help="Optuna trials per candidate with a SPACE; 0: no tuning [default: on a GPU the --budget "
+                          f"clamped to {TUNE_TRIALS_MIN}..{TUNE_TRIALS_MAX}; on the CPU 0]."),
+        click.option("--objective", type=click.Choice(list(OBJECTIVES)), default=d.objective, show_default=True),
+        click.option("--target", type=float, default=d.target, help="Stop a problem once this speedup is reached."),
         click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
-        click.option("--small", is_flag=True, default=None, help="SMALL problem sizes (automatic on CPU)."),
-        click.option("--replay", default=None, metavar="CAMPAIGN",
+        click.option("--small", is_flag=True, default=d.small, help="SMALL problem sizes (automatic on CPU)."),
+        click.option("--replay", default=d.replay, metavar="CAMPAIGN",
                      help="Answer LLM calls from CAMPAIGN's recorded calls (no network)."),
     ]
     for opt in reversed(opts):
@@ -359,10 +370,12 @@ def retime(campaign: str, problem: str | None, force: bool, db: str, as_json: bo
 @click.argument("campaign")
 @click.option("-o", "--output", "output", default="kernellab-report.html", show_default=True, metavar="FILE",
               help="Where to write the HTML file.")
+@click.option("--objective", type=click.Choice(list(OBJECTIVES)), default=None,
+              help="Choose the best candidates by this speedup [default: the campaign's --objective].")
 @db_option
 @json_option
 @_errors
-def report(campaign: str, output: str, db: str, as_json: bool) -> None:
+def report(campaign: str, output: str, objective: str | None, db: str, as_json: bool) -> None:
     """Write the HTML report of a CAMPAIGN: one self-contained file (no network needed) with
     speedups, progress, lineage, tree, roofline, failures, LLM cost and the best source."""
     from . import report as report_mod
@@ -371,7 +384,7 @@ def report(campaign: str, output: str, db: str, as_json: bool) -> None:
     camp = store.get_campaign(campaign)
     if camp is None:
         raise UsageFailure(f"no campaign {campaign!r} in {db}")
-    path = report_mod.write(store, camp["id"], output)
+    path = report_mod.write(store, camp["id"], output, objective)
     emit({"campaign": camp["id"], "report": str(path)}, as_json,
          lambda o: click.echo(f"report of {camp['name']} written to {o['report']}"))
 

@@ -38,8 +38,7 @@ def main(argv: list[str] | None = None) -> int:
                       "interpreted and no speedup is claimed.")
     budget = args.budget or (16 if cuda else 6)
     config = CampaignConfig(problems=[args.problem], budget=budget, width=3 if not cuda else 4,
-                            trials=3 if not cuda else 5, tune_trials=0 if not cuda else 16,
-                            plateau=4)
+                            trials=3 if not cuda else 5, plateau=4)  # tuning: CampaignConfig's default rule
     t0 = time.monotonic()
     store = Store(args.db)
     name = f"demo-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"

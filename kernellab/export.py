@@ -1,8 +1,9 @@
 """Export the best candidate of a problem as one standalone Python file.
 
 The file is the candidate's source with the best evaluation's ``CONFIG`` baked in (a
-``CONFIG.update(...)`` right after the candidate's own ``CONFIG``, the same in-place update the
-sandbox applies for a trial), under a header saying where it came from. A candidate whose
+``CONFIG.update(...)`` right after the candidate's own ``CONFIG``, whose values are the sandbox's
+nested merge of the config into it, ``kernellab.vocab.apply_config``), under a header saying where it
+came from. A candidate whose
 ``ModelNew`` subclasses a ``Model`` it does not define gets the problem's source prepended, so the
 file imports on its own. Because ``ModelNew`` subclasses ``Model`` and keeps its parameter names,
 ``ModelNew(*init).load_state_dict(Model(*init).state_dict())`` loads the original weights.
@@ -11,6 +12,7 @@ file imports on its own. Because ``ModelNew`` subclasses ``Model`` and keeps its
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 import importlib.util
 import os
@@ -23,6 +25,7 @@ from typing import Any
 import torch
 
 from kernellab.fileio import write_atomic
+from kernellab.vocab import ConfigError, SpaceError, apply_config, read_space
 
 __all__ = ["ExportError", "NoCorrectCandidate", "best_candidate", "export_source", "export", "load_best"]
 
@@ -102,9 +105,24 @@ def _split_future(source: str) -> tuple[list[str], str]:
 
 
 def _bake(source: str, config: dict) -> str:
-    """Insert the tuned values after the candidate's last module-level ``CONFIG`` assignment."""
+    """Insert the tuned values after the candidate's last module-level ``CONFIG`` assignment.
+
+    The sandbox applies a config as a nested merge (``kernellab.vocab.apply_config``): a per-kernel
+    entry changes only the parameters it names. ``CONFIG.update`` would replace the kernel's whole
+    entry, so the baked values are the merged entries, computed here on the ``CONFIG`` literal; a
+    ``CONFIG`` that is not a literal gets the config as it is."""
     if not config:
         return source
+    try:
+        space, literal = read_space(source)
+    except SpaceError:
+        space, literal = None, None
+    if isinstance(literal, dict):
+        try:
+            merged = apply_config(copy.deepcopy(literal), config, space if isinstance(space, dict) else None)
+            config = {k: merged[k] for k in config}
+        except ConfigError:  # the sandbox refused such a config too: no evaluation carries one
+            pass
     tree = ast.parse(source)
     last = None
     for n in tree.body:

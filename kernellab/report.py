@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _svg
+from .vocab import DEFAULT_OBJECTIVE, JUDGED, Kind, Status, best_key, check_objective
 
 __all__ = ["render", "write", "CEILINGS", "SECTIONS"]
 
@@ -46,8 +47,8 @@ CEILINGS: dict[str, Any] = {
 _DTYPE_PEAK = {"float32": "fp32 (cuBLAS)", "bfloat16": "bf16 (cuBLAS)", "float16": "bf16 (cuBLAS)"}
 # the per-problem sections, in page order; the browser test checks each is present
 SECTIONS = ("speedups", "progress", "lineage", "tree", "roofline", "failures", "source")
-_TIMED = ("full", "retime")
-_COUNTED = ("full", "trial", "retime")
+_TIMED = JUDGED
+_COUNTED = (Kind.FULL.value, Kind.TRIAL.value, Kind.RETIME.value)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -55,7 +56,7 @@ _COUNTED = ("full", "trial", "retime")
 # ------------------------------------------------------------------------------------------------
 def _claims(e: dict) -> bool:
     """An evaluation whose speedups may be reported: correct, fully timed, not interpreted."""
-    return e["status"] == "correct" and e["kind"] in _TIMED and not e["interpreted"]
+    return e["status"] == Status.CORRECT and e["kind"] in _TIMED and not e["interpreted"]
 
 
 def _t(iso: str | None) -> _dt.datetime | None:
@@ -175,7 +176,7 @@ def _settings_line(source: str) -> str:
 
 
 def _problem_data(store: Any, cid: str, pid: str, cands: list[dict], evals: list[dict],
-                  analyses: dict[str, dict], objective: str | None = None) -> dict:
+                  analyses: dict[str, dict], objective: str) -> dict:
     prob = store.get_problem(pid) or {"name": pid, "source": ""}
     ids = {c["id"] for c in cands}
     evs = [e for e in evals if e["candidate_id"] in ids]
@@ -191,7 +192,8 @@ def _problem_data(store: Any, cid: str, pid: str, cands: list[dict], evals: list
     best_e = best_c = (store.reported_best(cid, pid, objective) or [None])[0]
     return {"id": pid, "name": prob["name"], "source": prob.get("source") or "", "cands": cands,
             "cand_by_id": {c["id"]: c for c in cands}, "evals": evs, "by_cand": by_cand,
-            "interpreted": interpreted, "best_e": best_e, "best_c": best_c, "analyses": analyses}
+            "interpreted": interpreted, "best_e": best_e, "best_c": best_c, "analyses": analyses,
+            "objective": objective}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -281,12 +283,10 @@ def _sec_progress(p: dict, t0: _dt.datetime | None) -> str:
 
 
 def _best_eval(p: dict, cid: str) -> dict | None:
-    evs = [e for e in p["by_cand"].get(cid, []) if e["status"] == "correct" and e["kind"] in _TIMED]
-    if not evs:
-        return None
-    if p["interpreted"]:
-        return min(evs, key=lambda e: e["median_ms"] if e["median_ms"] is not None else float("inf"))
-    return max(evs, key=lambda e: e["speedup_eager"] if _claims(e) and e["speedup_eager"] else -1.0)
+    """A candidate's best timed evaluation under the report's objective (interpreted rows carry no
+    speedup, so among them the fastest)."""
+    evs = [e for e in p["by_cand"].get(cid, []) if e["status"] == Status.CORRECT and e["kind"] in _TIMED]
+    return min(evs, key=best_key(p["objective"]), default=None)
 
 
 def _sec_lineage(p: dict, store: Any) -> str:
@@ -329,8 +329,9 @@ def _sec_tree(p: dict, store: Any) -> str:
         status = _cand_status(p["by_cand"].get(c["id"], []))
         counts[status] += 1
         e = _best_eval(p, c["id"])
+        vs = "eager" if p["objective"] == "speedup_eager" else "torch.compile"
         res = "" if e is None else (f", {_ms(e['median_ms'])} interpreted" if p["interpreted"]
-                                    else f", {_x(e['speedup_eager'])} vs eager")
+                                    else f", {_x(e[p['objective']])} vs {vs}")
         nodes.append({"id": c["id"], "parent": c["parent_id"], "colour": _svg.STATUS_COLOURS.get(status, "#999"),
                       "highlight": c["id"] in best_path,
                       "title": f"{c['id'][:12]} depth {c['depth']}: {c['action'] or '(root)'} — {status}{res}"})
@@ -470,13 +471,19 @@ def _status_css() -> str:
     return css + ".st-pending{color:#222}"
 
 
-def render(store: Any, campaign_id: str) -> str:
-    """The report of one campaign (id, id prefix or name) as one HTML document."""
+def render(store: Any, campaign_id: str, objective: str | None = None) -> str:
+    """The report of one campaign (id, id prefix or name) as one HTML document; the best candidates
+    are chosen under ``objective`` (default: the campaign's)."""
     from kernellab.store import StoreError
 
     camp = store.get_campaign(campaign_id)
     if camp is None:
         raise StoreError(f"no campaign {campaign_id!r} in {store.path}")
+    objective = objective or (camp.get("config") or {}).get("objective") or DEFAULT_OBJECTIVE
+    try:
+        check_objective(objective)
+    except ValueError as exc:
+        raise StoreError(str(exc)) from None
     cid = camp["id"]
     cands, evals = store.candidates(cid), store.evaluations(campaign_id=cid)
     analyses: dict[str, dict] = {}
@@ -490,7 +497,6 @@ def render(store: Any, campaign_id: str) -> str:
         if c["problem_id"] not in by_prob:
             order.append(c["problem_id"])
         by_prob[c["problem_id"]].append(c)
-    objective = (camp.get("config") or {}).get("objective")
     probs = [_problem_data(store, cid, pid, by_prob[pid], evals, analyses, objective) for pid in order]
     skips = {(ev.get("payload") or {}).get("candidate_id"): (ev.get("payload") or {}).get("skipped")
              for ev in store.events(cid, kind="profile")}
@@ -550,9 +556,9 @@ def render(store: Any, campaign_id: str) -> str:
             + "".join(parts) + f"<script>{_TAIL_JS}</script></body></html>\n")
 
 
-def write(store: Any, campaign_id: str, path: str | Path) -> Path:
+def write(store: Any, campaign_id: str, path: str | Path, objective: str | None = None) -> Path:
     """Render the report and write it to ``path`` atomically (a reader never sees half a file, and
     a failed render leaves an earlier report intact); returns the path."""
     from kernellab.fileio import write_atomic
 
-    return write_atomic(path, render(store, campaign_id))
+    return write_atomic(path, render(store, campaign_id, objective))

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from kernellab.problem import apply_mode, cast_inputs, output_tensors
+from kernellab.vocab import SEED, ConfigError, apply_config
 
 from ._check import (
     LARGE_SCALE,
@@ -53,7 +54,6 @@ from ._result import (
 )
 from ._timing import side_stream_leftover, time_cpu, time_gpu
 
-SEED = 1234
 # A poison word no arithmetic produces: a *signalling* NaN in fp32 (its upper half, 0x7FBA, is a
 # signalling NaN in fp16 and bf16 too). Computed NaNs are quiet, so finding it in an output means
 # the candidate returned memory it never wrote.
@@ -338,21 +338,10 @@ def _in_candidate(exc: BaseException, path: str | None) -> bool:
 
 
 def _apply_config(mod: Any, config: dict | None) -> None:
-    if not config:
-        return
-    cfg = getattr(mod, "CONFIG", None)
-    if not isinstance(cfg, dict):
-        raise _LoadError("config", f"a config {config} was given but the candidate has no CONFIG dict")
-    space = getattr(mod, "SPACE", None) or {}
-    unknown = [k for k in config if k not in cfg and k not in space]
-    if unknown:
-        raise _LoadError("config", f"config keys {unknown} are in neither CONFIG nor SPACE of the candidate")
-    for k, v in config.items():
-        # per-kernel parameters (CONFIG = {"gemm1": {"BLOCK_M": 128, ...}}) merge, not replace
-        if isinstance(v, dict) and isinstance(cfg.get(k), dict):
-            cfg[k].update(v)
-        else:
-            cfg[k] = v
+    try:
+        apply_config(getattr(mod, "CONFIG", None), config, getattr(mod, "SPACE", None))
+    except ConfigError as exc:
+        raise _LoadError("config", str(exc)) from None
 
 
 def _reference(w: Any, job: dict, state: dict, d: dict) -> None:

@@ -23,6 +23,7 @@ def main() -> None:
     import torch
 
     from kernellab.problem import apply_mode, instantiate
+    from kernellab.vocab import SEED, apply_config
 
     from ._worker import load_module
 
@@ -30,11 +31,11 @@ def main() -> None:
     job = pickle.loads((jobdir / "job.pkl").read_bytes())
     os.chdir(jobdir)
     dev = torch.device("cuda", 0)
-    inst = instantiate(job["problem"], small=bool(job["small"]), seed=1234, device=dev)
+    inst = instantiate(job["problem"], small=bool(job["small"]), seed=SEED, device=dev)
     mod = load_module(job["source"], jobdir, "kernellab_profiled_candidate")
-    if job.get("config"):
-        mod.CONFIG.update(job["config"])
-    torch.manual_seed(1234)
+    # the sandbox's nested merge: a per-kernel config entry changes that kernel's named parameters only
+    apply_config(getattr(mod, "CONFIG", None), job.get("config"), getattr(mod, "SPACE", None))
+    torch.manual_seed(SEED)
     model = apply_mode(mod.ModelNew(*inst.init_inputs).to(device=dev, dtype=inst.dtype), job["problem"].mode)
     with torch.no_grad():
         for _ in range(2):

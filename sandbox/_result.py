@@ -47,7 +47,7 @@ import re
 import traceback
 from typing import Any
 
-STATUSES = ("compile_error", "runtime_error", "timeout", "crash", "incorrect", "rejected", "correct")
+from kernellab.vocab import STATUSES  # noqa: F401 - the sandbox exports them as its own
 
 RESULT_KEYS = ("status", "error_text", "error_class", "max_abs_err", "max_rel_err", "median_ms", "p20_ms",
                "p80_ms", "eager_ms", "compile_ms", "speedup_eager", "speedup_compile", "own_kernel_share",

@@ -33,8 +33,6 @@ from typing import Any
 
 from ._env import drop_inspect_caps
 
-SEED = 1234
-
 
 class Worker:
     def __init__(self, conn: Connection) -> None:

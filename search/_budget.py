@@ -1,12 +1,15 @@
 """Budgets and stop rules: when a campaign ends. Written in code, not in prompts.
 
-``Budget`` limits candidates, wall time, GPU-seconds and LLM dollars (whichever ends first).
+``Budget`` limits candidates, wall time, GPU-seconds, LLM dollars and expansion rounds (whichever ends
+first); it is the one place a budget is enforced: the campaign's stop check asks ``check``, and the
+graph asks ``candidates_left`` how many candidates a round may still add.
 ``StopRules`` ends the search early: target speedup reached, plateau, or roofline. ``check`` asks
 both; ``stop_if_done`` also records the decision as an ``events`` row (``kind="stop"``).
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -39,7 +42,7 @@ def pct_of_ceiling(bound: str, achieved: float, dtype: str = "float32") -> float
 
 @dataclass(frozen=True)
 class StopDecision:
-    rule: str  # budget:candidates | budget:wall_s | budget:gpu_s | budget:llm_usd | target | plateau | roofline
+    rule: str  # budget:<a Budget field> | target | plateau | roofline
     reason: str  # one sentence a person can read in `kernellab status`
     details: dict = field(default_factory=dict)
 
@@ -49,16 +52,17 @@ class StopDecision:
 
 @dataclass(frozen=True)
 class Usage:
-    """What a campaign has spent. ``wall_s`` is the caller's: only the runner knows the time it ran
-    (a paused-then-resumed campaign should not pay for the pause)."""
+    """What a campaign has spent. ``wall_s`` and ``rounds`` are the caller's: only the runner knows the
+    time it ran (a paused-then-resumed campaign should not pay for the pause) and its rounds."""
 
     candidates: int = 0
     wall_s: float = 0.0
     gpu_s: float = 0.0
     llm_usd: float = 0.0
+    rounds: int = 0  # expansion rounds done on the problem
 
     @classmethod
-    def from_store(cls, store: Any, campaign_id: str, *, wall_s: float = 0.0,
+    def from_store(cls, store: Any, campaign_id: str, *, wall_s: float = 0.0, rounds: int = 0,
                    problem_id: str | None = None) -> Usage:
         """Candidates and GPU-seconds (the sandbox's ``details.gpu_s`` per evaluation) of the campaign
         (or of one problem in it), LLM dollars of the campaign."""
@@ -69,7 +73,7 @@ class Usage:
         # the same dollar budget stops where the original did
         usd = sum(float(c.get("cost_usd") or (c.get("response") or {}).get("replayed_cost_usd") or 0.0)
                   for c in store.llm_calls(campaign_id))
-        return cls(candidates=len(cands), wall_s=wall_s, gpu_s=gpu, llm_usd=usd)
+        return cls(candidates=len(cands), wall_s=wall_s, gpu_s=gpu, llm_usd=usd, rounds=rounds)
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,21 @@ class Budget:
     wall_s: float | None = None
     gpu_s: float | None = None
     llm_usd: float | None = None
+    rounds: int | None = None
+
+    @classmethod
+    def of_campaign(cls, config: dict) -> Budget:
+        """A campaign's budget from its ``CampaignConfig`` fields (``budget``, ``time_budget_s``,
+        ``gpu_budget_s``). Not ``usd_budget``: LLM dollars are checked once, by the LLM backend before
+        each call (``BudgetExceeded``), the one place a spend can be refused before it happens; the
+        campaign then stops resumable (``resume --usd-budget``) instead of ending its problems."""
+        return cls(candidates=config.get("budget"), wall_s=config.get("time_budget_s"),
+                   gpu_s=config.get("gpu_budget_s"))
+
+    def candidates_left(self, used: int | Usage) -> int:
+        """How many candidates the budget still allows (``sys.maxsize`` when unlimited)."""
+        n = used.candidates if isinstance(used, Usage) else int(used)
+        return sys.maxsize if self.candidates is None else max(0, int(self.candidates) - n)
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -178,11 +197,13 @@ def stop_if_done(tree: Tree, budget: Budget | None = None, rules: StopRules | No
 def stop_reason(tree: Tree, budget: Budget | None = None, *, store: Any = None, campaign_id: str | None = None,
                 elapsed_s: float = 0.0, rounds: int = 0, target: float | None = None, plateau: int | None = 8,
                 plateau_gain: float = 0.01, roofline: float | None = 0.9) -> str | None:
-    """The campaign runner's question for one problem: why stop (one line), or None. Candidates and
-    GPU-seconds are counted for this problem, LLM dollars for the whole campaign; ``plateau`` counts
-    expansions (candidates), not rounds. The runner records the reason in its ``stop`` event."""
+    """The campaign runner's question for one problem: why stop (one line), or None. Candidates,
+    GPU-seconds and ``rounds`` (expansion rounds done, against ``budget.rounds``) are counted for this
+    problem, LLM dollars for the whole campaign; ``plateau`` counts expansions (candidates), not
+    rounds. The runner records the reason in its ``stop`` event."""
     store = store if store is not None else tree.store
-    usage = Usage.from_store(store, campaign_id or tree.campaign_id, wall_s=elapsed_s, problem_id=tree.problem_id)
+    usage = Usage.from_store(store, campaign_id or tree.campaign_id, wall_s=elapsed_s, rounds=rounds,
+                             problem_id=tree.problem_id)
     rules = StopRules(target=target, plateau_window=plateau or None, plateau_threshold=plateau_gain, roofline=roofline)
     decision = check(tree, budget, rules, usage)
     return decision.reason if decision else None

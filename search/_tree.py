@@ -1,7 +1,9 @@
 """The tree of variants: a read-only view over the store's candidates and evaluations.
 
 A node is a candidate; its parent is the candidate it was made from and ``action`` says how. A node's
-*score* is its best correct evaluation (kinds ``full`` and ``retime``) under the campaign objective.
+*score* is its best correct judged evaluation (``kernellab.vocab.is_judged``: kinds ``full`` and
+``retime``, winners' re-timings left out) under the campaign objective, in the order of
+``kernellab.vocab.best_key``.
 
 On a machine without a GPU timings are *interpreted* (Triton interpreter on CPU) and carry no speedup.
 The search still needs an order, so such a node gets a **surrogate score**, ``eager_ms / median_ms``
@@ -15,24 +17,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kernellab.store import is_winner_retime
-
 from kernellab.problem import content_hash
+from kernellab.vocab import Kind, Status, check_objective
+from kernellab.vocab import is_judged as _judged
 
 __all__ = ["Node", "Tree", "score_of"]
-
-_JUDGED = ("full", "retime")  # evaluations that can make a node's score; "trial" rows are Optuna's
-
-
-def _judged(e: dict) -> bool:
-    # a winner's fresh-job re-timing checks the selection and is what gets reported
-    # (store.reported_best); scoring it too would let a re-timed node outrank itself by noise
-    return e["kind"] in _JUDGED and not is_winner_retime(e)
 
 
 def score_of(evaluation: dict, objective: str) -> tuple[float | None, bool]:
     """(score, surrogate) of one evaluation; (None, False) when it is not correct or not timed."""
-    if evaluation.get("status") != "correct":
+    if evaluation.get("status") != Status.CORRECT:
         return None, False
     value = evaluation.get(objective)
     if value is not None and not evaluation.get("interpreted"):
@@ -66,8 +60,7 @@ class Tree:
     """Nodes of one (campaign, problem), loaded from ``store`` when built; ``reload()`` re-reads."""
 
     def __init__(self, store: Any, campaign_id: str, problem_id: str, objective: str = "speedup_eager"):
-        if objective not in ("speedup_eager", "speedup_compile"):
-            raise ValueError(f"objective {objective!r} is not one of speedup_eager, speedup_compile")
+        check_objective(objective)
         self.store, self.campaign_id, self.problem_id, self.objective = store, campaign_id, problem_id, objective
         self.reload()
 
@@ -85,12 +78,18 @@ class Tree:
         self._nodes = {r["id"]: self._node(r, evals[r["id"]], kids[r["id"]]) for r in rows}
         return self
 
+    def _best(self, evals: list[dict]) -> tuple[dict | None, float | None, bool]:
+        """(evaluation, score, surrogate) of the best of ``evals``: the score high first, then the median
+        time low, ties keep the earlier row (``kernellab.vocab.best_key`` when the score is the objective)."""
+        scored = [(e, *score_of(e, self.objective)) for e in evals]
+        scored = [t for t in scored if t[1] is not None]
+        if not scored:
+            return None, None, False
+        ms = lambda e: e.get("median_ms") if e.get("median_ms") is not None else float("inf")  # noqa: E731
+        return min(scored, key=lambda t: (-t[1], ms(t[0])))
+
     def _node(self, row: dict, evals: list[dict], kids: list[str]) -> Node:
-        best, score, surrogate = None, None, False
-        for e in evals:  # ties keep the earlier evaluation
-            s, sur = score_of(e, self.objective)
-            if s is not None and (score is None or s > score):
-                best, score, surrogate = e, s, sur
+        best, score, surrogate = self._best(evals)
         shown = best or (evals[-1] if evals else None)
         parents = tuple(row.get("parents") or ([row["parent_id"]] if row["parent_id"] else []))
         return Node(id=row["id"], parent_id=row["parent_id"], depth=row["depth"], action=row["action"] or "",
@@ -155,7 +154,7 @@ class Tree:
             judged = [e for e in self.store.evaluations(candidate_id=cand["id"])
                       if _judged(e) and e.get("device") == device]
             if judged:
-                return max(judged, key=lambda e: score_of(e, self.objective)[0] or float("-inf"))
+                return self._best(judged)[0] or judged[0]
         return None
 
     def _latest(self, node_id: str) -> dict | None:
@@ -176,6 +175,6 @@ class Tree:
             self.reload()
             return cid, result, True
         result = evaluate(source)
-        self.store.add_evaluation(cid, result, kind="full")
+        self.store.add_evaluation(cid, result, kind=Kind.FULL)
         self.reload()
         return cid, result, False

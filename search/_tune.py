@@ -16,8 +16,6 @@ shows the studies: they are plain Optuna storage.
 
 from __future__ import annotations
 
-import ast
-import json
 import math
 import random
 import weakref
@@ -25,76 +23,13 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# the vocabulary's SPACE/CONFIG reading, also this module's public names (tests, experiments/bench_tuning.py)
+from kernellab.vocab import Kind, SpaceError, canonical_json, flatten_space, is_nested, read_space, unflatten
+
 __all__ = ["SpaceError", "read_space", "parse_space", "space_size", "make_sampler", "tune", "TuneResult",
            "study_name", "optuna_storage"]
 
 _CHOICE_TYPES = (type(None), bool, int, float, str)
-
-
-def canonical_json(obj: Any) -> str:  # the store's: this module imports no store (the GPU benchmark uses it)
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-
-
-class SpaceError(ValueError):
-    """A ``SPACE`` (or its ``CONFIG``) that cannot be tuned; the message names the parameter."""
-
-
-# -- the search space ------------------------------------------------------------------------------
-def read_space(source: str) -> tuple[dict | None, dict | None]:
-    """The module-level ``SPACE`` and ``CONFIG`` literals of a candidate, read from its syntax tree:
-    candidate code is never executed outside the sandbox. Tuples stay tuples (they are ranges)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as exc:
-        raise SpaceError(f"candidate source does not parse (line {exc.lineno}: {exc.msg})") from None
-    found: dict[str, Any] = {}
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        for t in targets:
-            if isinstance(t, ast.Name) and t.id in ("SPACE", "CONFIG") and node.value is not None:
-                try:
-                    found[t.id] = ast.literal_eval(node.value)
-                except ValueError:
-                    raise SpaceError(f"{t.id} (line {node.lineno}) must be a literal dict: it is read "
-                                     "without running the candidate") from None
-    return found.get("SPACE"), found.get("CONFIG")
-
-
-SEP = "."
-
-
-def flatten_space(space: Any, config: dict | None) -> tuple[Any, dict | None]:
-    """Per-kernel parameters: a SPACE entry may be a dict of its own (``{"gemm1": {"BLOCK_M": [...]}}``,
-    as the builtin agents write one entry per kernel); Optuna sees ``"gemm1.BLOCK_M"``. CONFIG is
-    flattened alike; :func:`unflatten` gives the candidate back its nested form."""
-    if not isinstance(space, dict) or not any(isinstance(v, dict) for v in space.values()):
-        return space, config
-    flat_space: dict[str, Any] = {}
-    for k, v in space.items():
-        if isinstance(v, dict):
-            flat_space.update({f"{k}{SEP}{ik}": iv for ik, iv in v.items()})
-        else:
-            flat_space[k] = v
-    flat_config: dict[str, Any] = {}
-    for k, v in (config or {}).items():
-        if isinstance(v, dict):
-            flat_config.update({f"{k}{SEP}{ik}": iv for ik, iv in v.items()})
-        else:
-            flat_config[k] = v
-    return flat_space, flat_config
-
-
-def unflatten(config: dict, nested: bool) -> dict:
-    if not nested:
-        return dict(config)
-    out: dict[str, Any] = {}
-    for k, v in config.items():
-        if SEP in k:
-            outer, inner = k.split(SEP, 1)
-            out.setdefault(outer, {})[inner] = v
-        else:
-            out[k] = v
-    return out
 
 
 def parse_space(space: Any, config: dict | None = None) -> dict[str, Any]:
@@ -227,7 +162,7 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
         space = candidate.get("space")  # JSON: every list is a choice list (ranges need the source literal)
     if space is None:
         raise SpaceError(f"candidate {candidate['id']} has no SPACE to tune")
-    nested = isinstance(space, dict) and any(isinstance(v, dict) for v in space.values())
+    nested = is_nested(space)
     space, config = flatten_space(space, config)
     dists = parse_space(space, config)
     config = dict(config or {})
@@ -291,7 +226,7 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
         for fut in done:
             trial = in_flight.pop(fut)
             result = _result_of(fut, unflatten({**config, **trial.params}, nested))
-            store.add_evaluation(candidate["id"], result, kind="trial")
+            store.add_evaluation(candidate["id"], result, kind=Kind.TRIAL)
             state, value = _judge(trial, result)
             seen[canonical_json(trial.params)] = (state, value, trial.number)
             _tell(study, trial, state, value)
@@ -302,7 +237,7 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
     futures = [runner.submit(c, False) for c in configs]
     retimes = [_result_of(f, unflatten(c, nested)) for f, c in zip(futures, configs, strict=True)]
     for r in retimes:
-        store.add_evaluation(candidate["id"], r, kind="retime")
+        store.add_evaluation(candidate["id"], r, kind=Kind.RETIME)
     retimed = [{"config": r["config"], "status": r["status"], "median_ms": r.get("median_ms")} for r in retimes]
     good = [r for r in retimes if r.get("status") == "correct" and r.get("median_ms")]
     best = min(good, key=lambda r: r["median_ms"], default=None)

@@ -6,13 +6,20 @@ Optuna studies and LangGraph checkpoints live in the same file, in their own tab
 
 from __future__ import annotations
 
-from ._base import WINNER_RETIME, BaseStore, StoreError, canonical_json, is_winner_retime, now
+from kernellab.vocab import (
+           OBJECTIVES,
+           STATUSES,
+           WINNER_RETIME,
+           Kind,
+           Status,
+           canonical_json,
+           is_winner_retime,
+)
+
+from ._base import BaseStore, StoreError, now
 from ._sqlite import SQLiteStore, open_store
 
 Store = SQLiteStore
 
 __all__ = ["BaseStore", "SQLiteStore", "Store", "StoreError", "open_store", "canonical_json", "now",
-           "STATUSES", "OBJECTIVES", "WINNER_RETIME", "is_winner_retime"]
-
-STATUSES = ("compile_error", "runtime_error", "timeout", "crash", "incorrect", "rejected", "correct")
-OBJECTIVES = ("speedup_eager", "speedup_compile")
+           "STATUSES", "OBJECTIVES", "WINNER_RETIME", "is_winner_retime", "Status", "Kind"]

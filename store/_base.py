@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import abc
 import datetime as _dt
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -13,21 +12,6 @@ class StoreError(RuntimeError):
 
 def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
-
-
-# ``details`` key that marks a ``retime`` evaluation as the re-timing of a problem's winner (made by
-# ``kernellab.campaign.retime_winners``), as opposed to the tuner's re-timings of its best configs
-WINNER_RETIME = "winner_retime"
-
-
-def is_winner_retime(evaluation: dict) -> bool:
-    """Whether an evaluation record is the fresh-job re-timing of a problem's winner."""
-    return evaluation.get("kind") == "retime" and bool((evaluation.get("details") or {}).get(WINNER_RETIME))
-
-
-def canonical_json(obj: Any) -> str:
-    """Stable JSON: the same object always gives the same text (keys sorted), so it can be hashed."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
 class BaseStore(abc.ABC):

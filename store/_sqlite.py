@@ -12,11 +12,22 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from ._base import WINNER_RETIME, BaseStore, StoreError, canonical_json, now
+from kernellab.vocab import (
+    DEFAULT_OBJECTIVE,
+    JUDGED,
+    KINDS,
+    OBJECTIVES,
+    STATUSES,
+    WINNER_RETIME,
+    Kind,
+    Status,
+    canonical_json,
+)
+
+from ._base import BaseStore, StoreError, now
 from ._schema import KNOWN, MIGRATION_SET, migrations
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-_OBJECTIVES = {"speedup_eager", "speedup_compile"}
 # sqlite-utils and our own tables; anything else in a file we did not create means "not ours"
 _OURS = {"campaigns", "problems", "candidates", "evaluations", "metrics", "llm_calls", "events",
          "baselines", "studies", "_sqlite_migrations"}
@@ -259,8 +270,11 @@ class SQLiteStore(BaseStore):
     def add_evaluation(self, candidate_id: str, result: dict, *, kind: str = "full",
                        metrics: Iterable[tuple[str, str, float]] = ()) -> str:
         status = result.get("status")
-        if status not in ("compile_error", "runtime_error", "timeout", "crash", "incorrect", "rejected", "correct"):
-            raise StoreError(f"evaluation status {status!r} is not a known status")
+        if status not in STATUSES:
+            raise StoreError(f"evaluation status {status!r} is not one of {', '.join(STATUSES)}")
+        if kind not in KINDS:
+            raise StoreError(f"evaluation kind {kind!r} is not one of {', '.join(KINDS)}")
+        status, kind = str(status), str(kind)  # an enum member is stored as its value
         config = result.get("config") or {}
         eid = result.get("id") or self.evaluation_id(candidate_id, config, kind)
         known = {"max_abs_err", "max_rel_err", "median_ms", "p20_ms", "p80_ms", "eager_ms", "compile_ms",
@@ -297,7 +311,7 @@ class SQLiteStore(BaseStore):
         for col, val in (("candidate_id", candidate_id), ("campaign_id", campaign_id), ("kind", kind)):
             if val is not None:
                 where.append(f"{col} = ?")
-                params.append(val)
+                params.append(str(val))  # a vocabulary enum member as its value
         sql = "select * from evaluations" + (" where " + " and ".join(where) if where else "")
         return self._all(sql + " order by rowid", params)
 
@@ -375,24 +389,27 @@ class SQLiteStore(BaseStore):
         return rows
 
     def best(self, campaign_id: str, problem_id: str | None = None,
-             objective: str = "speedup_eager", library: bool = True) -> list[dict]:
-        if objective not in _OBJECTIVES:
-            raise StoreError(f"objective {objective!r} is not one of {', '.join(sorted(_OBJECTIVES))}")
-        # Interpreted (CPU) timings never count as speedups; among them the fastest correct wins.
+             objective: str = DEFAULT_OBJECTIVE, library: bool = True) -> list[dict]:
+        if objective not in OBJECTIVES:
+            raise StoreError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+        # The order is kernellab.vocab.best_key's (tests/store checks that the two agree): the
+        # objective high first, interpreted (CPU) timings, which carry no speedup, after every real
+        # one and among themselves the fastest first; ties keep the earlier row.
         # A winner's re-timing is a check of the selection, not a candidate for it (it would make the
         # selection depend on which candidates happened to be re-timed); a (candidate, config) that
         # failed its re-timing is out.
-        winner = f"(w.kind = 'retime' and json_extract(w.details_json, '$.{WINNER_RETIME}') is not null)"
+        winner = f"(w.kind = '{Kind.RETIME.value}' and json_extract(w.details_json, '$.{WINNER_RETIME}') is not null)"
+        judged = ", ".join(f"'{k}'" for k in JUDGED)
         sql = f"""
             select e.*, c.problem_id, c.action, c.depth, c.origin, c.parent_id, c.language,
                    row_number() over (partition by c.problem_id
                        order by (e.{objective} is null), e.{objective} desc, (e.median_ms is null),
                                 e.median_ms asc, e.rowid) as rk
             from evaluations e join candidates c on c.id = e.candidate_id
-            where c.campaign_id = ? and e.status = 'correct' and e.kind in ('full', 'retime')
-              and not (e.kind = 'retime' and json_extract(e.details_json, '$.{WINNER_RETIME}') is not null)
+            where c.campaign_id = ? and e.status = '{Status.CORRECT.value}' and e.kind in ({judged})
+              and not (e.kind = '{Kind.RETIME.value}' and json_extract(e.details_json, '$.{WINNER_RETIME}') is not null)
               and not exists (select 1 from evaluations w where w.candidate_id = e.candidate_id
-                              and w.config_json = e.config_json and {winner} and w.status != 'correct')
+                              and w.config_json = e.config_json and {winner} and w.status != '{Status.CORRECT.value}')
               {"" if library else "and not e.library_only"}
               {"and c.problem_id = ?" if problem_id else ""}"""
         params = [campaign_id] + ([problem_id] if problem_id else [])
@@ -414,12 +431,13 @@ class SQLiteStore(BaseStore):
         camp = self.get_campaign(campaign_id)
         if camp is None:
             raise StoreError(f"no campaign {campaign_id!r}")
-        objective = objective or (camp.get("config") or {}).get("objective") or "speedup_eager"
+        objective = objective or (camp.get("config") or {}).get("objective") or DEFAULT_OBJECTIVE
         rows = self.best(camp["id"], problem_id, objective, library=library)
         if not rows:
             return []
         latest: dict[tuple[str, str], dict] = {}
-        for e in self._all("select * from evaluations where campaign_id = ? and kind = 'retime' and status = 'correct' "
+        for e in self._all(f"select * from evaluations where campaign_id = ? and kind = '{Kind.RETIME.value}' "
+                           f"and status = '{Status.CORRECT.value}' "
                            f"and json_extract(details_json, '$.{WINNER_RETIME}') is not null order by rowid",
                            [camp["id"]]):
             latest[(e["candidate_id"], e["config_json"])] = e
@@ -450,7 +468,8 @@ class SQLiteStore(BaseStore):
         cid = camp["id"]
         with self._lock:
             statuses = {r[0]: r[1] for r in self._conn.execute(
-                "select status, count(*) from evaluations where campaign_id = ? and kind = 'full' group by status",
+                f"select status, count(*) from evaluations where campaign_id = ? and kind = '{Kind.FULL.value}' "
+                "group by status",
                 [cid])}
             n_cand = self._conn.execute("select count(*) from candidates where campaign_id = ?", [cid]).fetchone()[0]
             n_eval = self._conn.execute("select count(*) from evaluations where campaign_id = ?", [cid]).fetchone()[0]

@@ -33,7 +33,8 @@ BAD = {
     "missing_init": (GOOD.replace("def get_init_inputs", "def get_init_inputz"), "missing get_init_inputs"),
     "inputs_raise": (GOOD.replace("return [torch.randn(n, n)]", "raise RuntimeError('boom')"), "get_inputs raised RuntimeError: boom"),
     "init_raise": (GOOD.replace("return []", "return 1/0"), "get_init_inputs raised ZeroDivisionError"),
-    "model_raise": (GOOD.replace("class Model(torch.nn.Module):", "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__(); raise ValueError('bad init')"), "building Model raised ValueError"),
+    "model_raise": (GOOD.replace("class Model(torch.nn.Module):", "class Model(torch.nn.Module):\n    def __init__(self):\n"
+                                 "        super().__init__(); raise ValueError('bad init')"), "building Model raised ValueError"),
     "non_tensor": (GOOD.replace("return torch.relu(x) * 2", "return {'y': x}"), "not a tensor or a tuple of tensors"),
     "small_unknown": (GOOD.replace('SMALL = {"n": 8}', 'SMALL = {"m": 8}'), "SMALL names 'm'"),
     "import_error": ("import not_a_module_xyz\n" + GOOD, "ModuleNotFoundError"),
@@ -80,7 +81,8 @@ def test_dtype_casts_inputs_and_weights(tmp_path: Path) -> None:
     from kernellab.problem import instantiate
 
     f = tmp_path / "half.py"
-    f.write_text('DTYPE = "bfloat16"\nATOL = 0.05\n' + GOOD.replace("def forward", "def __init__(self):\n        super().__init__(); self.l = torch.nn.Linear(4, 4)\n    def forward"))
+    f.write_text('DTYPE = "bfloat16"\nATOL = 0.05\n' + GOOD.replace(
+        "def forward", "def __init__(self):\n        super().__init__(); self.l = torch.nn.Linear(4, 4)\n    def forward"))
     p = load_problem(f)
     inst = instantiate(p, small=True, seed=0)
     assert inst.inputs[0].dtype == torch.bfloat16 and inst.model.l.weight.dtype == torch.bfloat16

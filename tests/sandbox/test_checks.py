@@ -112,7 +112,7 @@ RAW = '''==PROF== Connected to process 123
 "","","","","","","","ns","byte","byte","inst","register/thread","",""
 "0","123","python","h","gemm_bias_gelu_kernel","1","7","1000000","2110000000","2110000000","5000000000","128","3.5","0.5"
 "1","123","python","h","gemm_bias_gelu_kernel","1","7","2000","1,000","0","0","40","1","2"
-'''
+'''  # noqa: E501 - ncu's CSV lines as it writes them
 
 
 def test_parse_ncu_raw_csv_and_derived_metrics():

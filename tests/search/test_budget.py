@@ -112,3 +112,24 @@ def test_stop_reason_for_the_campaign_runner(synth) -> None:
     # plateau counts expansions: after a1 (node 5 of 8) nothing beat 2.0
     assert stop_reason(tree, None, plateau=3).startswith("plateau:")
     assert stop_reason(tree, None, plateau=4) is None
+
+
+def test_stop_reason_honours_rounds(synth) -> None:
+    # `rounds` was accepted and ignored: a round limit never stopped a problem
+    tree = Tree(synth.store, synth.cid, synth.pid)
+    budget = Budget(candidates=20, rounds=3)
+    assert stop_reason(tree, budget, rounds=2, plateau=None) is None
+    assert stop_reason(tree, budget, rounds=3, plateau=None) == "budget: rounds spent, 3 of 3"
+    assert stop_reason(tree, Budget(candidates=20), rounds=1000, plateau=None) is None  # no round limit
+
+
+def test_one_budget_for_the_campaign_and_the_graph(synth) -> None:
+    cfg = {"budget": 10, "time_budget_s": 60.0, "gpu_budget_s": None, "usd_budget": 5.0}
+    budget = Budget.of_campaign(cfg)
+    # dollars are the LLM backend's to refuse before a call (BudgetExceeded, resumable): checked once
+    assert budget == Budget(candidates=10, wall_s=60.0)
+    used = Usage.from_store(synth.store, synth.cid, problem_id=synth.pid)
+    assert used.candidates == 8 and budget.candidates_left(used) == 2 == budget.candidates_left(8)
+    assert budget.candidates_left(12) == 0
+    assert Budget(wall_s=1.0).candidates_left(10**6) > 10**6  # no candidate limit
+    assert budget.check(Usage(candidates=8, llm_usd=100.0)) is None
