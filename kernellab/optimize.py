@@ -139,19 +139,53 @@ def split(model: nn.Module, max_heavy: int = 4) -> list[Unit]:
 
 
 def _trace(unit: Unit) -> None:
+    """The unit's structure key, and its torch.fx graph where symbolic tracing works (else the graph is
+    made by ``torch.export`` on the unit's actual arguments, :func:`_exported`)."""
     body = unit.body()
-    try:
-        gm = torch.fx.symbolic_trace(body)
-    except Exception as exc:  # data-dependent control flow, unsupported calls
-        unit.reason = f"not traceable by torch.fx ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
-        return
-    parts = [type(body).__qualname__, gm.code]
+    parts = [type(body).__qualname__]
     for name, sub in body.named_modules():
         parts.append(f"{name}:{type(sub).__qualname__}({sub.extra_repr()})")
     for name, t in [*body.named_parameters(), *body.named_buffers()]:
         parts.append(f"{name}:{tuple(t.shape)}:{t.dtype}")
+    # a leaf (BatchNorm2d) is traced as the one call of a Sequential: FX traces into a root module
+    root = body if list(body.children()) else nn.Sequential(body)
+    try:
+        gm = torch.fx.symbolic_trace(root)
+        parts.append(gm.code)
+        unit.traced = gm
+    except Exception as exc:  # data-dependent control flow, a size used as a slice bound, ...
+        unit.reason = f"not traceable by torch.fx ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+        # the forwards' bytecode stands for the traced code (the same source gives the same key)
+        for sub in body.modules():
+            code = type(sub).forward.__code__
+            parts.append(f"{type(sub).__qualname__}:{code.co_code.hex()}:{code.co_consts!r}:{code.co_names!r}")
     unit.key = content_hash(*parts)
-    unit.traced = gm
+
+
+def _exported(unit: Unit, args: tuple) -> nn.Module | None:
+    """``torch.export`` of the unit on its arguments (shapes fixed: a patched unit only runs the
+    winner for these), for a unit torch.fx cannot trace; None when export fails too."""
+    try:
+        with torch.no_grad():
+            body = copy.deepcopy(unit.body())
+            out = body(*args)
+            ep = torch.export.export(body, tuple(a.detach() for a in args)).module()
+        # a plain GraphModule, which pickles for the sandbox workers: positional arguments, no guard
+        # module (a local function), one tensor out when the unit returns one
+        g = copy.deepcopy(ep.graph)
+        g.set_codegen(torch.fx.graph.CodeGen())
+        for n in list(g.nodes):
+            if n.op == "call_module" and n.target == "_guards_fn":
+                g.erase_node(n)
+            elif n.op == "output" and isinstance(out, torch.Tensor) and isinstance(n.args[0], (tuple, list)):
+                n.args = (n.args[0][0],)
+        g.eliminate_dead_code()
+        g._tracer_cls, g._tracer_extras = None, None  # export's tracer class does not rebuild from a pickle
+        gm = torch.fx.GraphModule(ep, g)
+    except Exception as exc:
+        unit.reason += f"; torch.export failed too ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+        return None
+    return gm
 
 
 def _signature(args: tuple) -> tuple | None:
@@ -232,24 +266,26 @@ def _seconds(samples: list) -> float:
 def profile_units(model: nn.Module, inputs: list, units: list[Unit], reps: int | None = None) -> dict:
     """Time the model and each unit on ``inputs`` (after a warm-up call that also records each unit's
     arguments). Returns ``{"total_s", "share": {label: fraction}, "calls": {label: [(args, kwargs)]}}``;
-    shares are of the model's forward time, per call averaged over ``reps``."""
+    each share is the median over ``reps`` repetitions of the unit's time over the model's forward time."""
     device = _device_of(model, inputs)
-    reps = reps or (10 if device == "cuda" else 3)
+    reps = reps or (10 if device == "cuda" else 5)
     calls: dict[str, list] = {}
     with _hooks(units, {}, calls):
         _call(model, inputs, seed=0)
     _sync(device)
-    times: dict[str, list] = {}
-    totals = []
-    with _hooks(units, times, None):
-        for i in range(reps):
+    per_rep: list[tuple[float, dict[str, list]]] = []
+    for i in range(reps):
+        times: dict[str, list] = {}
+        with _hooks(units, times, None):
             _sync(device)
             t0 = time.perf_counter()
             _call(model, inputs, seed=i)
             _sync(device)
-            totals.append(time.perf_counter() - t0)
-    total = sum(totals) / reps
-    share = {u.label: min(1.0, _seconds(times.get(u.label, [])) / reps / total) if total > 0 else 0.0 for u in units}
+            per_rep.append((time.perf_counter() - t0, times))
+    # the median over repetitions of each share: one slow repetition (a busy machine) moves no ranking
+    total = statistics.median(t for t, _ in per_rep)
+    share = {u.label: statistics.median(min(1.0, _seconds(times.get(u.label, [])) / t) if t > 0 else 0.0
+                                        for t, times in per_rep) for u in units}
     return {"total_s": total, "share": share, "calls": calls, "device": device}
 
 
@@ -285,7 +321,7 @@ def make_tasks(model_name: str, units: list[Unit], prof: dict) -> tuple[list[Tas
     for u in units:
         share = prof["share"].get(u.label, 0.0)
         seen = prof["calls"].get(u.label) or []
-        if u.reason:
+        if u.key is None:
             skipped.append({"unit": u.label, "share": share, "reason": u.reason})
             continue
         if not seen:
@@ -296,20 +332,31 @@ def make_tasks(model_name: str, units: list[Unit], prof: dict) -> tuple[list[Tas
         if kwargs or sig is None:
             skipped.append({"unit": u.label, "share": share, "reason": "called with keyword or non-tensor arguments"})
             continue
+        if u.traced is None:
+            u.traced = _exported(u, args)
+            if u.traced is None:
+                skipped.append({"unit": u.label, "share": share, "reason": u.reason})
+                continue
         key = content_hash(u.key, repr(sig), str(u.body().training), n=12)
         t = tasks.get(key)
         if t is None:
             t = tasks[key] = Task(key=key, struct=u.key, signature=sig, units=[], share=0.0)
         t.units.append(u)
         t.share += share
-    ranked = sorted(tasks.values(), key=lambda t: -t.share)
-    for t in ranked:
+    ranked = []
+    for t in sorted(tasks.values(), key=lambda t: -t.share):
         u = t.units[0]
         args = prof["calls"][u.label][0][0]
         gm = copy.deepcopy(u.traced)  # from_module moves its model to the CPU: never the user's own modules
         gm.training = u.body().training  # the mode of the unit, recorded as the problem's MODE
-        t.problem = Problem.from_module(gm, [a.detach() for a in args], name=f"{_safe(model_name)}.{_safe(u.label)}")
+        try:
+            t.problem = Problem.from_module(gm, [a.detach() for a in args],
+                                            name=f"{_safe(model_name)}.{_safe(u.label)}")
+        except ProblemError as exc:
+            skipped += [{"unit": v.label, "share": t.share / len(t.units), "reason": str(exc)} for v in t.units]
+            continue
         t.campaign = f"{PREFIX}/{_safe(model_name)}/{_safe(u.label)}-{t.key}"
+        ranked.append(t)
     return ranked, skipped
 
 
@@ -531,8 +578,12 @@ def _load_winner(store: Any, entry: dict, unit: Unit, require_speedup: bool) -> 
     try:
         cls = load_best(store, camp["id"])
         fast = cls()  # a from_module problem's Model takes no arguments
-        state = {f"inner.{k}": v for k, v in unit.traced.state_dict().items()}
+        src = unit.traced if unit.traced is not None else unit.body()  # export keeps the names
+        state = {f"inner.{k}": v for k, v in src.state_dict().items()}
         missing, unexpected = fast.load_state_dict(state, strict=False)
+        # constants torch.export lifted out of the forward stay as they are; every weight must load
+        params = {n for n, _ in fast.named_parameters()}
+        missing = [k for k in missing if k in params]
         if missing or unexpected:
             return None, {**info, "reason": f"the winner's weights do not match the unit's ({len(missing)} missing, "
                                             f"{len(unexpected)} unexpected)"}
@@ -655,7 +706,7 @@ def _close(a: Any, b: Any, atol: float, rtol: float) -> tuple[bool, float]:
         return False, math.inf
     worst = 0.0
     ok = True
-    for x, y in zip(xs, ys):
+    for x, y in zip(xs, ys, strict=True):
         if x.shape != y.shape:
             return False, math.inf
         x, y = x.detach().float().cpu(), y.detach().float().cpu()
@@ -828,3 +879,43 @@ def load_model_spec(spec: str, inputs: str | None = None, small: bool | None = N
     xs = list(fn())
     xs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
     return obj.to(device), xs, spec.rpartition(":")[2]
+
+
+# -- rendering ---------------------------------------------------------------------------------------------
+def print_result(r: dict) -> None:
+    """The optimize report as tables (``kernellab optimize`` without ``--json``)."""
+    from rich.table import Table
+
+    from kernellab.views import console
+
+    pct = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
+    t = Table(title=f"{r['name']}: {len(r['problems'])} problem(s) from {len(r['units'])} subgraph(s), "
+                    f"{r['candidates_spent']}/{r['budget']} candidates")
+    for col in ("subgraphs", "share before", "share after", "winner", "vs eager", "lineage", "outcome"):
+        t.add_column(col, overflow="fold")
+    for p in r["problems"]:
+        w = p.get("winner")
+        vs = "-" if not w or w["speedup_eager"] is None else f"{w['speedup_eager']:.2f}x"
+        lineage = " > ".join(step["action"] for step in w["lineage"]) if w else "-"
+        state = "kernel" if p["patched"] else "PyTorch"
+        t.add_row(", ".join(p["units"]), pct(p["share"]), pct(p["share_after"]) if p["patched"] else "-",
+                  w["candidate"][:12] if w else "-", vs, lineage, f"{state}; {p['outcome']}")
+    console.print(t)
+    for s in r["skipped"]:
+        console.print(f"{s['unit']}: PyTorch ({s['reason']})")
+    c = r.get("check")
+    if c:
+        console.print(f"end-to-end check ({c['mode']} mode, {c['trials']} fresh inputs, atol {c['atol']:g} rtol "
+                      f"{c['rtol']:g}): {'passed' if c['ok'] else 'FAILED'}, max abs err {c['max_abs_err']:.3g}"
+                      + (f"; {c['note']}" if c.get("note") else ""))
+    else:
+        console.print("end-to-end check: nothing patched")
+    tm = r.get("timing")
+    if tm:
+        line = "  ".join(f"{k} {tm[k]['median_ms']:.4g} ms" for k in ("eager", "patched", "compile") if k in tm)
+        console.print(f"end to end on {tm['device']}: {line}")
+        if tm["interpreted"]:
+            console.print(tm["note"])
+        else:
+            console.print(f"patched vs eager {tm['speedup_vs_eager']:.2f}x, vs torch.compile "
+                          f"{tm['speedup_vs_compile']:.2f}x")
