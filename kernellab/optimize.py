@@ -360,6 +360,20 @@ def make_tasks(model_name: str, units: list[Unit], prof: dict) -> tuple[list[Tas
     return ranked, skipped
 
 
+def start_task(store: Any, task: Task, config: Any, *, max_heavy: int, model_name: str) -> str:
+    """Create the task's campaign (named ``task.campaign``), its config carrying what :func:`patch`
+    matches units by: structure key, input signature, mode, and the split it came from."""
+    from kernellab import env
+    from kernellab.campaign import start_campaign
+
+    cid = start_campaign(store, config, name=task.campaign, problems=[task.problem])
+    meta = {"struct": task.struct, "signature": task.record()["signature"], "units": [u.label for u in task.units],
+            "share": task.share, "max_heavy": max_heavy, "model": model_name,
+            "training": task.units[0].body().training, "device": config.device or env.default_device()}
+    store.update_campaign(cid, config={**store.get_campaign(cid)["config"], "optimize": meta})
+    return cid
+
+
 # -- the whole run -----------------------------------------------------------------------------------
 def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kernellab.db", name: str | None = None,
              budget: int = 16, time_budget_s: float | None = None, max_heavy: int = 4, min_share: float = 0.01,
@@ -378,7 +392,7 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
     patched model and torch.compile (GPU only; on a CPU kernels are interpreted and no speedup is claimed).
     A rerun into the same ``db`` skips the problems whose campaign finished."""
     from kernellab import env, sandbox
-    from kernellab.campaign import CampaignConfig, CampaignError, check_campaign, run_campaign, start_campaign
+    from kernellab.campaign import CampaignConfig, CampaignError, check_campaign, run_campaign
     from kernellab.store import Store
 
     if not isinstance(model, nn.Module):
@@ -429,11 +443,7 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
                 except (CampaignError, ProblemError) as exc:
                     t.outcome = f"not run: {exc}"
                     continue
-                cid = start_campaign(store, config, name=t.campaign, problems=[t.problem])
-                meta = {"struct": t.struct, "signature": t.record()["signature"], "units": [u.label for u in t.units],
-                        "share": t.share, "max_heavy": max_heavy, "model": name,
-                        "training": t.units[0].body().training, "device": device}
-                store.update_campaign(cid, config={**store.get_campaign(cid)["config"], "optimize": meta})
+                cid = start_task(store, t, config, max_heavy=max_heavy, model_name=name)
             else:
                 cid = camp["id"]
                 t.budget = camp["config"].get("budget", 0)
@@ -486,8 +496,31 @@ def _winner(store: Any, campaign: str | None) -> dict:
 class _Fast:
     """One winner bound to a unit: its ``ModelNew`` loaded with the unit's own weights, and when it may run."""
 
-    def __init__(self, module: nn.Module, signature: tuple, training: bool, device: str, info: dict):
+    def __init__(self, module: nn.Module, signature: tuple, training: bool, device: str, info: dict,
+                 source: nn.Module | None = None):
         self.module, self.signature, self.training, self.device, self.info = module, signature, training, device, info
+        self.source = source
+        self.tie()
+
+    def tie(self) -> None:
+        """Make the winner's weights and buffers the unit's own tensors (``inner.<name>`` is the unit's
+        ``<name>``), so that ``load_state_dict``, an optimizer step or BatchNorm's running statistics
+        reach both paths. Called again after ``.to()``, which gives a module's buffers new tensors."""
+        if self.source is None:
+            return
+        for name, _ in [*self.module.named_parameters(), *self.module.named_buffers()]:
+            if not name.startswith("inner."):
+                continue
+            owner_path, _, attr = name.rpartition(".")
+            try:
+                src_owner = self.source.get_submodule(owner_path[len("inner."):] if owner_path != "inner" else "")
+            except AttributeError:
+                continue
+            owner = self.module.get_submodule(owner_path)
+            if attr in owner._parameters and attr in src_owner._parameters:
+                owner._parameters[attr] = src_owner._parameters[attr]
+            elif attr in owner._buffers and attr in src_owner._buffers:
+                owner._buffers[attr] = src_owner._buffers[attr]
 
     def fits(self, owner: nn.Module, args: tuple, kwargs: dict) -> bool:
         # the kernels compute a forward only, for the shapes, mode and device they were judged on
@@ -513,8 +546,9 @@ class _PatchedModule(nn.Module):
     def _apply(self, fn: Any, recurse: bool = True) -> Any:  # .to(), .cuda(), .half() move the winner too
         out = super()._apply(fn, recurse)
         fast = self.__dict__.get("_kernellab_fast")
-        if fast is not None:
+        if fast is not None:  # the tied tensors moved with the unit; the winner's own constants move here
             fast.module._apply(fn, recurse)
+            fast.tie()
         return out
 
 
@@ -539,6 +573,7 @@ class _PatchedSequential(nn.Sequential):
         out = super()._apply(fn, recurse)
         for _, fast in self.__dict__.get("_kernellab_regions", {}).values():
             fast.module._apply(fn, recurse)
+            fast.tie()
         return out
 
 
@@ -648,7 +683,8 @@ def patch(model: nn.Module, db: Any, example_inputs: list | tuple | None = None,
                 records.append({**rec, "status": "pytorch"})
                 continue
             records.append({**rec, "status": "kernel"})
-            fasts.append((u, _Fast(fast, sig, training, entry.get("device") or "cpu", info)))
+            src = u.traced if u.traced is not None else u.body()
+            fasts.append((u, _Fast(fast, sig, training, entry.get("device") or "cpu", info, source=src)))
     for u, fast in fasts:
         _install(u, fast)
     patched.kernellab_patches = records
@@ -864,9 +900,12 @@ def load_model_spec(spec: str, inputs: str | None = None, small: bool | None = N
     if not isinstance(obj, nn.Module):
         if not callable(obj):
             raise OptimizeError(f"{spec}: not a torch.nn.Module, a class or a factory")
-        init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
         torch.manual_seed(0)
-        obj = obj(*init)
+        try:
+            init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
+            obj = obj(*init)
+        except Exception as exc:
+            raise OptimizeError(f"{spec}: building the model raised {type(exc).__name__}: {exc}") from None
         if not isinstance(obj, nn.Module):
             raise OptimizeError(f"{spec}: returned a {type(obj).__name__}, not a torch.nn.Module")
     if inputs:
@@ -876,7 +915,10 @@ def load_model_spec(spec: str, inputs: str | None = None, small: bool | None = N
     else:
         raise OptimizeError(f"{spec}: give --inputs module:function (the module has no get_inputs)")
     torch.manual_seed(1)
-    xs = list(fn())
+    try:
+        xs = list(fn())
+    except Exception as exc:
+        raise OptimizeError(f"{inputs or spec}: the inputs factory raised {type(exc).__name__}: {exc}") from None
     xs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
     return obj.to(device), xs, spec.rpartition(":")[2]
 
