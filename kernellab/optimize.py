@@ -469,7 +469,8 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
         row.update(_winner(store, t.campaign))
         row["patched"] = [u.label for u in t.units if applied.get(u.label, {}).get("status") == "kernel"]
         result["problems"].append(row)
-    result["covered_share_before"] = sum(r["share"] for r in result["problems"] if r["patched"])
+    # the share of the model's time the kernels now run (a problem's share split evenly over its units)
+    result["covered_share"] = sum(r["share"] * len(r["patched"]) / len(r["units"]) for r in result["problems"])
     if compare:
         result["timing"] = time_models(model, patched, inputs)
     return result
@@ -497,24 +498,34 @@ class _Fast:
     """One winner bound to a unit: its ``ModelNew`` loaded with the unit's own weights, and when it may run."""
 
     def __init__(self, module: nn.Module, signature: tuple, training: bool, device: str, info: dict,
-                 source: nn.Module | None = None):
+                 names: str = "module", start: int = 0):
         self.module, self.signature, self.training, self.device, self.info = module, signature, training, device, info
-        self.source = source
-        self.tie()
+        # how the winner's ``inner.<name>`` names the unit's tensors: "module" (the same path in the unit),
+        # "leaf" (a leaf traced as ``Sequential(leaf)``: "0.<attr>") or "region" (a slice of a Sequential
+        # from ``start``: "<i>.<rest>" is child start+i). No reference to the unit is kept: a cycle through
+        # the unit breaks copy.deepcopy of a GraphModule.
+        self.names, self.start = names, start
 
-    def tie(self) -> None:
-        """Make the winner's weights and buffers the unit's own tensors (``inner.<name>`` is the unit's
-        ``<name>``), so that ``load_state_dict``, an optimizer step or BatchNorm's running statistics
-        reach both paths. Called again after ``.to()``, which gives a module's buffers new tensors."""
-        if self.source is None:
-            return
+    def _unit_path(self, name: str) -> str:
+        if self.names == "leaf":
+            return name.split(".", 1)[1]
+        if self.names == "region":
+            head, _, rest = name.partition(".")
+            return f"{self.start + int(head)}.{rest}"
+        return name
+
+    def tie(self, root: nn.Module) -> None:
+        """Make the winner's weights and buffers the unit's own tensors (``root``: the unit, or the
+        Sequential of a region), so that ``load_state_dict``, an optimizer step or BatchNorm's running
+        statistics reach both paths. Called again after ``.to()``, which gives buffers new tensors."""
         for name, _ in [*self.module.named_parameters(), *self.module.named_buffers()]:
             if not name.startswith("inner."):
                 continue
             owner_path, _, attr = name.rpartition(".")
             try:
-                src_owner = self.source.get_submodule(owner_path[len("inner."):] if owner_path != "inner" else "")
-            except AttributeError:
+                src_path = self._unit_path(name[len("inner."):]).rpartition(".")[0]
+                src_owner = root.get_submodule(src_path)
+            except (AttributeError, IndexError, ValueError):
                 continue
             owner = self.module.get_submodule(owner_path)
             if attr in owner._parameters and attr in src_owner._parameters:
@@ -548,7 +559,7 @@ class _PatchedModule(nn.Module):
         fast = self.__dict__.get("_kernellab_fast")
         if fast is not None:  # the tied tensors moved with the unit; the winner's own constants move here
             fast.module._apply(fn, recurse)
-            fast.tie()
+            fast.tie(self)
         return out
 
 
@@ -573,7 +584,7 @@ class _PatchedSequential(nn.Sequential):
         out = super()._apply(fn, recurse)
         for _, fast in self.__dict__.get("_kernellab_regions", {}).values():
             fast.module._apply(fn, recurse)
-            fast.tie()
+            fast.tie(self)
         return out
 
 
@@ -683,8 +694,9 @@ def patch(model: nn.Module, db: Any, example_inputs: list | tuple | None = None,
                 records.append({**rec, "status": "pytorch"})
                 continue
             records.append({**rec, "status": "kernel"})
-            src = u.traced if u.traced is not None else u.body()
-            fasts.append((u, _Fast(fast, sig, training, entry.get("device") or "cpu", info, source=src)))
+            names = "region" if u.start is not None else \
+                "leaf" if u.traced is not None and not list(u.module.children()) else "module"
+            fasts.append((u, _Fast(fast, sig, training, entry.get("device") or "cpu", info, names, u.start or 0)))
     for u, fast in fasts:
         _install(u, fast)
     patched.kernellab_patches = records
@@ -695,6 +707,7 @@ def patch(model: nn.Module, db: Any, example_inputs: list | tuple | None = None,
 
 
 def _install(u: Unit, fast: _Fast) -> None:
+    fast.tie(u.module)
     if u.start is None:
         m = u.module
         m.__class__ = _patched_class(type(m))
@@ -961,3 +974,16 @@ def print_result(r: dict) -> None:
         else:
             console.print(f"patched vs eager {tm['speedup_vs_eager']:.2f}x, vs torch.compile "
                           f"{tm['speedup_vs_compile']:.2f}x")
+
+
+class _CallableModule(types.ModuleType):
+    """``kernellab.optimize`` is this module and, called, the :func:`optimize` function: the Python API
+    names both ``kernellab.optimize(model, inputs)`` and the module's helpers (``kernellab.optimize.split``)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict:
+        return optimize(*args, **kwargs)
+
+
+import sys as _sys  # noqa: E402
+
+_sys.modules[__name__].__class__ = _CallableModule
