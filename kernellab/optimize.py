@@ -406,8 +406,11 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
     say = log or (lambda s: None)
     name = name or type(model).__name__
     t_start = time.monotonic()
-    units = split(model, max_heavy=max_heavy)
-    prof = profile_units(model, inputs, units)
+    # profiling and timing call the model many times: on a copy, so that a training-mode model's
+    # BatchNorm statistics are the user's own afterwards
+    work = copy.deepcopy(model)
+    units = split(work, max_heavy=max_heavy)
+    prof = profile_units(work, inputs, units)
     tasks, skipped = make_tasks(name, units, prof)
     store = Store(db)
     device = options.get("device") or env.default_device()
@@ -460,7 +463,8 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
               "units": [u.label for u in units], "skipped": skipped, "check": patched.kernellab_check,
               "problems": []}
     applied = {p["unit"]: p for p in patched.kernellab_patches}
-    after = profile_units(patched, inputs, split(patched, max_heavy=max_heavy)) if applied else None
+    probe = copy.deepcopy(patched)
+    after = profile_units(probe, inputs, split(probe, max_heavy=max_heavy)) if applied else None
     for t in tasks:
         row = t.record()
         row["share_after"] = None
@@ -472,7 +476,7 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
     # the share of the model's time the kernels now run (a problem's share split evenly over its units)
     result["covered_share"] = sum(r["share"] * len(r["patched"]) / len(r["units"]) for r in result["problems"])
     if compare:
-        result["timing"] = time_models(model, patched, inputs)
+        result["timing"] = time_models(work, copy.deepcopy(patched), inputs)
     return result
 
 
@@ -671,9 +675,10 @@ def patch(model: nn.Module, db: Any, example_inputs: list | tuple | None = None,
     heavies = sorted({e["max_heavy"] for e in entries.values()})
     inputs = list(example_inputs) if example_inputs is not None else None
     calls: dict[str, list] = {}
-    if inputs is not None:
-        with _hooks([u for h in heavies for u in split(patched, h)], {}, calls):
-            _call(patched, inputs, seed=0)
+    if inputs is not None:  # each unit's arguments in the model, recorded on a copy (buffers stay as they are)
+        probe = copy.deepcopy(patched)
+        with _hooks([u for h in heavies for u in split(probe, h)], {}, calls):
+            _call(probe, inputs, seed=0)
     seen: set[str] = set()
     for h in heavies:
         for u in split(patched, h):
@@ -781,7 +786,9 @@ def _verify(model: nn.Module, patched: nn.Module, inputs: list, fasts: list, rec
             _call(copy.deepcopy(patched), fresh_inputs(inputs, 1000), seed=0)
         bad = None
         for args, kwargs in calls.get(u.label, [])[:2]:
-            if not fast.fits(u.module, args, kwargs):
+            with torch.no_grad():  # as the model was called: autograd off, so the winner's path is taken
+                taken = fast.fits(u.module, args, kwargs)
+            if not taken:
                 continue
             ref_body = copy.deepcopy(u.body())
             if u.start is None:  # the class's own forward, not the patched one

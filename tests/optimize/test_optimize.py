@@ -72,8 +72,10 @@ def optimized(tmp_path_factory):
     db = tmp_path_factory.mktemp("optimize") / "k.db"
     model, inputs, name = opt.load_model_spec(str(MODEL), device="cpu")
     cnn_campaign = _wrong_cnn_campaign(Store(str(db)), model, inputs)
+    stats = model.cnn.bn.running_mean.clone()
     result = opt.optimize(model, inputs, db=str(db), name=name, budget=4, max_heavy=1, trials=2)
-    return {"db": db, "model": model, "inputs": inputs, "result": result, "cnn_campaign": cnn_campaign}
+    return {"db": db, "model": model, "inputs": inputs, "result": result, "cnn_campaign": cnn_campaign,
+            "stats": stats}
 
 
 def test_optimize_patches_the_blocks_and_keeps_pytorch_without_a_win(optimized) -> None:
@@ -95,6 +97,9 @@ def test_optimize_patches_the_blocks_and_keeps_pytorch_without_a_win(optimized) 
     assert r["check"]["ok"] and r["check"]["mode"] == "train" and r["check"]["trials"] == 3
     assert r["timing"]["interpreted"] and "speedup_vs_eager" not in r["timing"]
     assert patched.state_dict().keys() == model.state_dict().keys()
+    # profiling, checking and timing ran on copies: the training-mode BatchNorm statistics are untouched
+    assert torch.equal(model.cnn.bn.running_mean, optimized["stats"])
+    assert torch.equal(patched.cnn.bn.running_mean, optimized["stats"])
     assert not hasattr(patched.cnn, "_kernellab_fast")
 
     # the winners really run, with each block's own weights, and agree with PyTorch on fresh inputs
@@ -183,3 +188,25 @@ def test_optimize_on_the_gpu(tmp_path) -> None:
         # on a GPU a winner slower than eager is not patched in
         if p["patched"]:
             assert p["winner"]["speedup_eager"] > 1.0
+
+
+def test_patch_puts_a_winner_outside_the_tolerance_back_to_pytorch(optimized) -> None:
+    import kernellab
+
+    model, inputs = optimized["model"], optimized["inputs"]
+    loose = kernellab.patch(model, str(optimized["db"]), inputs)
+    assert loose.kernellab_check["ok"] and loose.kernellab_check["max_abs_err"] > 0  # another summation order
+    # no tolerance at all: each block's winner disagrees with its PyTorch forward, both go back to PyTorch
+    strict = kernellab.patch(model, str(optimized["db"]), inputs, atol=0.0, rtol=0.0)
+    recs = {p["unit"]: p for p in strict.kernellab_patches}
+    assert recs["blocks.0"]["status"] == recs["blocks.1"]["status"] == "pytorch"
+    assert recs["blocks.0"]["reason"].startswith("incorrect in the model")
+    assert strict.kernellab_check["ok"] and strict.kernellab_check["max_abs_err"] == 0
+    x = opt.fresh_inputs(inputs, 11)
+    with torch.no_grad():
+        assert torch.equal(strict.eval()(*x), model.eval()(*x))
+    model.train()
+    # without example inputs nothing is checked, and the matching units still run their winners
+    unchecked = kernellab.patch(model, str(optimized["db"]))
+    assert unchecked.kernellab_check is None
+    assert [p["status"] for p in unchecked.kernellab_patches if p["unit"].startswith("blocks")] == ["kernel"] * 2
