@@ -367,7 +367,7 @@ def start_task(store: Any, task: Task, config: Any, *, max_heavy: int, model_nam
     from kernellab.campaign import start_campaign
 
     cid = start_campaign(store, config, name=task.campaign, problems=[task.problem])
-    meta = {"struct": task.struct, "signature": task.record()["signature"], "units": [u.label for u in task.units],
+    meta = {"key": task.key, "struct": task.struct, "signature": task.record()["signature"], "units": [u.label for u in task.units],
             "share": task.share, "max_heavy": max_heavy, "model": model_name,
             "training": task.units[0].body().training, "device": config.device or env.default_device()}
     store.update_campaign(cid, config={**store.get_campaign(cid)["config"], "optimize": meta})
@@ -423,8 +423,13 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
     own = executor is None
     executor = executor or sandbox.LocalExecutor()
     try:
+        # a problem's campaign is found by its key, whatever the model was named (or which model it was)
+        by_key = {c["config"]["optimize"].get("key"): c for c in store.list_campaigns()
+                  if (c.get("config") or {}).get("optimize")}
         for t in eligible:
-            camp = store.get_campaign(t.campaign)
+            camp = by_key.get(t.key) or store.get_campaign(t.campaign)
+            if camp is not None:
+                t.campaign = camp["name"]
             if camp is not None and camp["status"] == "done":
                 t.outcome = "finished before (skipped)"
                 t.budget = camp["config"].get("budget", 0)

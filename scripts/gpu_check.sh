@@ -47,6 +47,9 @@ for step in "${steps[@]}"; do
     gemm)    $PY experiments/bench_gemm_templates.py 2>&1 | tee "$OUT/gemm.log" ;;
     tuning)  $PY experiments/bench_tuning.py 2>&1 | tee "$OUT/tuning.log" ;;
     builtin) $PY experiments/bench_builtin.py 2>&1 | tee "$OUT/builtin.log" ;;
+    optimize)  # whole models (kernellab optimize) on five level-3 models; OPTIMIZE_ARGS e.g. "--budget 12"
+      $PY experiments/bench_optimize.py --db "$OUT/optimize.db" --out-dir "$OUT" ${OPTIMIZE_ARGS:-} 2>&1 \
+        | tee "$OUT/optimize.log" ;;
     bench:*) # BENCH_ARGS e.g. "--budget 4 --jobs 8"; BENCH_TIMEOUT bounds it so the results still come back
       timeout "${BENCH_TIMEOUT:-3000}" $PY -m kernellab.cli bench "${step#bench:}" --db "$OUT/bench.db" ${BENCH_ARGS:-} 2>&1 \
         | tee "$OUT/bench.log" ;;

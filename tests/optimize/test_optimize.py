@@ -158,6 +158,14 @@ def test_cli_optimize_reruns_into_the_same_db(optimized) -> None:
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["check"]["ok"] and {p["outcome"] for p in out["problems"]} == {"finished before (skipped)"}
+    # the same model named package.module:attr (this folder is on sys.path under pytest), inputs from
+    # the module's get_inputs: the same subgraphs, found finished
+    res = CliRunner().invoke(main, ["optimize", "small_model:Model", "--db", str(optimized["db"]), "--max-heavy", "1",
+                                    "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert {p["outcome"] for p in out["problems"]} == {"finished before (skipped)"}
+    assert sorted(u for p in out["problems"] for u in p["patched"]) == ["blocks.0", "blocks.1"]
 
 
 def test_cli_optimize_bad_input(tmp_path) -> None:
@@ -168,6 +176,9 @@ def test_cli_optimize_bad_input(tmp_path) -> None:
     assert res.exit_code == 2 and "has no attribute NoSuchModule" in res.stderr
     res = runner.invoke(main, ["optimize", "torch.nn:Linear", "--db", str(tmp_path / "k.db")])
     assert res.exit_code == 2 and "error:" in res.stderr
+    res = runner.invoke(main, ["optimize", "small_model:Model", "--inputs", "small_model:no_such_fn",
+                               "--db", str(tmp_path / "k.db")])
+    assert res.exit_code == 2 and "has no attribute no_such_fn" in res.stderr
     res = runner.invoke(main, ["optimize", "--help"])
     assert res.exit_code == 0 and "--budget" in res.output and "unsandboxed" in res.output
     assert not (tmp_path / "k.db").exists()
@@ -177,9 +188,15 @@ def test_cli_optimize_bad_input(tmp_path) -> None:
 def test_optimize_on_the_gpu(tmp_path) -> None:
     """On CUDA: campaigns at full (here small) size, the patched model checked end to end and timed
     against eager and torch.compile in one run."""
-    model, inputs, name = opt.load_model_spec(str(MODEL), device="cuda")
-    r = opt.optimize(model, inputs, db=str(tmp_path / "k.db"), name=name, budget=6, max_heavy=1, trials=3,
-                     device="cuda")
+    from kernellab.problem import load_problem
+
+    mod = load_problem(MODEL).module()
+    mod.batch_size, mod.channels, mod.side = 256, 32, 8  # dim 2048: GEMMs worth a kernel
+    torch.manual_seed(0)
+    model = mod.Model(32, 2048).cuda()
+    inputs = [torch.randn(256, 32, 8, 8, device="cuda")]
+    r = opt.optimize(model, inputs, db=str(tmp_path / "k.db"), name="small_model_gpu", budget=8, max_heavy=1,
+                     trials=3, device="cuda")
     assert r["check"] is None or r["check"]["ok"]
     t = r["timing"]
     assert not t["interpreted"] and t["compile"]["median_ms"] > 0 and t["speedup_vs_compile"] > 0
