@@ -437,11 +437,14 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
                 say(f"{t.campaign}: finished before, skipped")
                 continue
             left_s = None if time_budget_s is None else time_budget_s - (time.monotonic() - t_start)
+            if left_s is not None and left_s <= 0:
+                t.outcome = "not run: the time budget was spent on the problems ranked above"
+                continue
             if camp is None:
                 share_budget = max(2, math.floor(budget * t.share / total_share))
                 want = min(per_problem or share_budget, budget - spent)
-                if want < 1 or (left_s is not None and left_s <= 0):
-                    t.outcome = "not run: the budget was spent on the problems ranked above"
+                if want < 1:
+                    t.outcome = "not run: the candidate budget was spent on the problems ranked above"
                     continue
                 t.budget = want
                 config = CampaignConfig(problems=[t.problem.label], budget=want, time_budget_s=left_s,
