@@ -2,7 +2,8 @@
 tuning and profiling GPU kernels. See README.md and docs/ARCHITECTURE.md.
 
 Python API: ``run`` (a campaign over a file, a Problem or a model), ``load_best`` (the winner's
-``ModelNew`` class), ``load_problem``, ``Problem.from_module``; ``kernellab.export`` writes the winner's file."""
+``ModelNew`` class), ``load_problem``, ``Problem.from_module``; ``kernellab.export`` writes the winner's file;
+``optimize`` (a whole model: its subgraphs' campaigns and the patched model) and ``patch``."""
 
 from __future__ import annotations
 
@@ -27,9 +28,12 @@ _interpreter_chosen = "TRITON_INTERPRET" not in _os.environ and not _torch.cuda.
 if _interpreter_chosen:
     _os.environ["TRITON_INTERPRET"] = "1"
 
+# the module kernellab.optimize is callable: kernellab.optimize(model, inputs) runs optimize.optimize
+from . import optimize  # noqa: E402
 from .campaign import run  # noqa: E402
 from .export import load_best  # noqa: E402
+from .optimize import patch  # noqa: E402
 from .problem import Problem, ProblemError, load_problem  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["Problem", "ProblemError", "load_problem", "load_best", "run", "__version__"]
+__all__ = ["Problem", "ProblemError", "load_problem", "load_best", "run", "optimize", "patch", "__version__"]

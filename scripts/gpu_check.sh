@@ -89,6 +89,9 @@ for step in "${steps[@]}"; do
         $PY -m kernellab.cli compare --study "${STUDY_NAME:-policies}" --db "$db" -o "$OUT/study.html" --json \
           > "$OUT/study.json" 2>>"$OUT/study.log"
       fi ;;
+    optimize)  # whole models (kernellab optimize) on five level-3 models; OPTIMIZE_ARGS e.g. "--budget 12"
+      $PY experiments/bench_optimize.py --db "$OUT/optimize.db" --out-dir "$OUT" ${OPTIMIZE_ARGS:-} 2>&1 \
+        | tee "$OUT/optimize.log" ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
 done

@@ -1,0 +1,135 @@
+"""Whole models on the GPU host: ``kernellab.optimize`` on five KernelBench level-3 models, end to end.
+
+    PYTHONPATH=. python experiments/bench_optimize.py [--budget 12] [--time-budget 300] [--db optimize.db]
+        [--kernelbench ../shared/kernelbench] [--models 1_MLP,4_LeNet5,...] [--out-dir experiments/results]
+
+For each model (a transformer block, CNNs, an MLP): split into subgraphs, one campaign per deduplicated
+subgraph with the builtin agents within ``--budget`` candidates and ``--time-budget`` seconds for the
+model, patch the winners back, check the patched model end to end on fresh inputs, and time eager, the
+patched model and torch.compile of the whole model side by side in one process. Writes
+``<date>-<device>-optimize.json`` and ``.md`` under the results folder with the device, versions, commit
+and date. A rerun with the same ``--db`` skips the finished subgraphs. On a machine without CUDA the
+kernels are interpreted (SMALL sizes are needed and these files have none): it is meant for the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import kernellab  # noqa: E402,F401  (sets the interpreter switch before triton is imported)
+from kernellab import env  # noqa: E402
+from kernellab import optimize as opt  # noqa: E402
+
+# ../shared/kernelbench beside the checkout, or KERNELBENCH_DIR (a GPU host gets a copy carried in the tree)
+DEFAULT_KB = Path(os.environ.get("KERNELBENCH_DIR") or ROOT.parent / "shared" / "kernelbench")
+# a transformer block, a ResNet block, a whole ResNet, LeNet and an MLP: all split and traced on the CPU
+# (28_VisionTransformer's encoder layers are called with keyword arguments, which optimize leaves alone)
+MODELS = ["44_MiniGPTBlock", "8_ResNetBasicBlock", "9_ResNet18", "4_LeNet5", "1_MLP"]
+
+
+def run_one(path: Path, args: argparse.Namespace, device: str) -> dict:
+    model, inputs, name = opt.load_model_spec(str(path), device=device)
+    t0 = time.monotonic()
+    r = opt.optimize(model, inputs, db=args.db, name=name, budget=args.budget, time_budget_s=args.time_budget,
+                     max_heavy=args.max_heavy, trials=args.trials, device=device,
+                     log=lambda s: print(f"  {s}", flush=True))
+    r.pop("model")
+    r["wall_s"] = time.monotonic() - t0
+    r["file"] = str(path.relative_to(args.kernelbench)) if path.is_relative_to(args.kernelbench) else str(path)
+    return r
+
+
+def markdown(res: dict) -> str:
+    lines = [f"# kernellab optimize: {len(res['models'])} KernelBench level-3 models", "",
+             f"device {res['device']} · date {res['date']} · commit {res['versions'].get('commit')} · "
+             f"torch {res['versions'].get('torch')} · triton {res['versions'].get('triton')}",
+             f"budget per model: {res['budget']} candidates, {res['time_budget_s']} s; builtin agents", "",
+             "| model | correct end to end | kernels cover | eager ms | patched ms | compile ms | vs eager | vs compile |",
+             "|---|---|---|---|---|---|---|---|"]
+    fx = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
+    fm = lambda t, k: "-" if not t or k not in t else f"{t[k]['median_ms']:.4g}"  # noqa: E731
+    for m in res["models"]:
+        if "error" in m:
+            lines.append(f"| {m['name']} | error: {m['error']} | | | | | | |")
+            continue
+        t, c = m.get("timing") or {}, m.get("check")
+        ok = "no kernel patched" if c is None else ("yes" if c["ok"] else "NO")
+        lines.append(f"| {m['name']} | {ok} | {m['covered_share']:.0%} | {fm(t, 'eager')} | {fm(t, 'patched')} | "
+                     f"{fm(t, 'compile')} | {fx(t.get('speedup_vs_eager'))} | {fx(t.get('speedup_vs_compile'))} |")
+    s = res["summary"]
+    lines += ["", f"patched faster than torch.compile by >= 1.1x on {s['ge_1_1x_vs_compile']} of {len(res['models'])}; "
+              f"correct end to end on {s['correct']} of {len(res['models'])}.", ""]
+    for m in res["models"]:
+        if "error" in m:
+            continue
+        lines += [f"## {m['name']}", "", "| subgraphs | share before | share after | winner | vs eager | lineage | state |",
+                  "|---|---|---|---|---|---|---|"]
+        for p in m["problems"]:
+            w = p.get("winner")
+            lineage = " > ".join(step["action"] for step in w["lineage"]) if w else "-"
+            after = "-" if p["share_after"] is None or not p["patched"] else f"{p['share_after']:.1%}"
+            lines.append(f"| {', '.join(p['units'])} | {p['share']:.1%} | {after} | {w['candidate'][:12] if w else '-'} | "
+                         f"{fx(w['speedup_eager']) if w else '-'} | {lineage} | "
+                         f"{'kernel' if p['patched'] else 'PyTorch'}: {p['outcome']} |")
+        for sk in m["skipped"]:
+            lines.append(f"| {sk['unit']} | {sk['share']:.1%} | - | - | - | - | PyTorch: {sk['reason']} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernelbench", type=Path, default=DEFAULT_KB)
+    ap.add_argument("--models", default=",".join(MODELS), help="Comma-separated level-3 file stems.")
+    ap.add_argument("--budget", type=int, default=12, help="Candidates per model, over all its subgraphs.")
+    ap.add_argument("--time-budget", type=float, default=300.0, help="Seconds per model, over all its subgraphs.")
+    ap.add_argument("--max-heavy", type=int, default=4)
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--db", default="optimize-bench.db")
+    ap.add_argument("--out-dir", type=Path, default=ROOT / "experiments" / "results")
+    args = ap.parse_args()
+    level3 = args.kernelbench / "level3"
+    if not level3.is_dir():
+        print(f"bench_optimize: {level3}: no such folder (set KERNELBENCH_DIR or --kernelbench)", file=sys.stderr)
+        return 2
+    device = env.default_device()
+    models = []
+    for stem in [m.strip() for m in args.models.split(",") if m.strip()]:
+        path = level3 / f"{stem}.py"
+        print(f"{stem}:", flush=True)
+        try:
+            models.append({"name": stem, **run_one(path, args, device)})
+        except Exception as exc:  # one model's failure is a row of the results, not the end of the run
+            models.append({"name": stem, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+            print(f"  error: {models[-1]['error']}", flush=True)
+    ok = [m for m in models if "error" not in m]
+    summary = {"correct": sum(1 for m in ok if m["check"] is None or m["check"]["ok"]),
+               "ge_1_1x_vs_compile": sum(1 for m in ok if (m.get("timing") or {}).get("speedup_vs_compile", 0) >= 1.1
+                                         and m["check"] and m["check"]["ok"]),
+               "covered_share": {m["name"]: m["covered_share"] for m in ok}}
+    now = dt.datetime.now(dt.timezone.utc)
+    res = {"date": now.isoformat(timespec="seconds"), "device": env.device_name(device), "versions": env.versions(device),
+           "commit": env.git_commit(), "budget": args.budget, "time_budget_s": args.time_budget,
+           "max_heavy": args.max_heavy, "models": models, "summary": summary}
+    slug = re.sub(r"[^a-z0-9]+", "-", res["device"].lower()).strip("-")[:24]
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    base = args.out_dir / f"{now.strftime('%Y-%m-%d')}-{slug}-optimize"
+    Path(f"{base}.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
+    Path(f"{base}.md").write_text(markdown(res))
+    print(markdown(res))
+    print(f"results: {base}.json and {base}.md")
+    return 0 if summary["correct"] == len(models) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
