@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU tests and the GPU benchmarks in one call, on a CUDA host (e.g. the H200 behind the `device`
 # tool). Usage: scripts/gpu_check.sh [STEP...]   STEPs: env tests tests-slow eager sandbox gemm tuning builtin
-# bench:SUITE study:SUITE (default: env tests). Logs and results go to $OUT (default ./gpu-out); result files
+# bench:SUITE study:SUITE optimize (default: env tests). Logs and results go to $OUT (default ./gpu-out); result files
 # are also written under experiments/results/.
 #
 # The GPU host is offline and lacks langgraph/optuna/sqlite-utils/anthropic: their wheels travel in
