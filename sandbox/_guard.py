@@ -100,7 +100,7 @@ class StateSnapshot:
         if not flags_only:
             now = self._ids()
             # names added since (lazy imports) are not a hack; replaced or deleted ones are
-            changed = sorted(k for k in self.ids if self.ids[k] != now.get(k))
+            changed = sorted(k for k in self.ids if self.ids[k] != now.get(k) and not _dynamo_disabled(k, self.ids[k]))
             timing = [k for k in changed if k in TIMING_NAMES]
             if timing:
                 return "timing_patched", timing
@@ -109,6 +109,36 @@ class StateSnapshot:
         if changed_flags:
             return "global_state_changed", changed_flags
         return None
+
+
+def _dynamo_disabled(key: str, old_id: int) -> bool:
+    """Whether ``key`` now holds ``torch._disable_dynamo``'s wrapper of the very function it held: what
+    importing ``torch._dynamo`` does to ``torch.manual_seed`` (a candidate running Inductor's generated
+    code imports it; on a GPU worker ``_settle_lazy_patches`` imported it already). The wrapper calls the
+    same function, so this is no patch; any other replacement still is."""
+    ns_name, _, attr = key.rpartition(".")
+    obj = getattr(_namespaces().get(ns_name), attr, None)
+    code = getattr(obj, "__code__", None)
+    if code is None or code is not _disable_code():
+        return False
+    cells = dict(zip(code.co_freevars, obj.__closure__ or (), strict=False))
+    try:
+        return "fn" in cells and id(cells["fn"].cell_contents) == old_id
+    except ValueError:  # an empty cell
+        return False
+
+
+def _disable_code() -> types.CodeType | None:
+    global _DISABLE_CODE
+    if _DISABLE_CODE is None:
+        try:
+            _DISABLE_CODE = torch._disable_dynamo(lambda: None).__code__
+        except Exception:  # pragma: no cover - a torch without it
+            return None
+    return _DISABLE_CODE
+
+
+_DISABLE_CODE: types.CodeType | None = None
 
 
 def _reference_classes(*mods: types.ModuleType | None, extra: tuple[type, ...] = ()) -> list[type]:
