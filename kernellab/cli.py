@@ -223,6 +223,8 @@ def _campaign_options(fn: Callable) -> Callable:
         click.option("--target", type=float, default=None, help="Stop a problem once this speedup is reached."),
         click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
         click.option("--small", is_flag=True, default=None, help="SMALL problem sizes (automatic on CPU)."),
+        click.option("--inductor-seed/--no-inductor-seed", "inductor_seed", default=None,
+                     help="Builtin agents: also seed from torch.compile's own code [default: on with CUDA, off on CPU]."),
         click.option("--replay", default=None, metavar="CAMPAIGN",
                      help="Answer LLM calls from CAMPAIGN's recorded calls (no network)."),
     ]

@@ -42,9 +42,9 @@ from typing import Any
 
 from kernellab.problem import Problem
 
-from ..roles import Code
+from ..roles import Code, Proposal
 
-__all__ = ["inductor_seed", "InductorSeedError", "ACTION", "generate", "wrap"]
+__all__ = ["inductor_seed", "inductor_proposal", "InductorSeedError", "ACTION", "generate", "wrap"]
 
 ACTION = "inductor_seed"  # the planner's proposal kind for this seed
 TIMEOUT_S = 900.0
@@ -90,6 +90,12 @@ def inductor_seed(problem: Problem, device: str, small: bool | None = None, time
                 language="triton", origin="inductor", model="inductor", meta={"inductor": meta})
 
 
+def inductor_proposal() -> Proposal:
+    """The planner's seed proposal for this candidate (coded by ``BuiltinAgents.code``)."""
+    return Proposal(None, "seed: torch.compile's own code (Inductor)",
+                    "start no worse than torch.compile: its kernels as a candidate", action={"kind": ACTION})
+
+
 def main() -> None:
     """Child process: JSON problem on stdin, one JSON line on stdout (``ok`` and source, or reason)."""
     req = json.loads(sys.stdin.read())
@@ -121,6 +127,18 @@ def _cpu_triton() -> None:
     ic.cpu_backend = "triton"
     # the interpreter has no driver to hash; the hash only keys Inductor's caches
     ut.triton_hash_with_backend = lambda: "KERNELLAB-TRITON-INTERPRETER"
+    # this process runs the kernels once (torch.compile's own call): the interpreter's math is tl.math's, as in
+    # the written candidate (``_interp_libdevice``)
+    import triton.language as tl
+    from torch._inductor.runtime import triton_helpers
+
+    real = triton_helpers.libdevice
+
+    class _Libdevice:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(tl.math, name) if hasattr(tl.math, name) else getattr(real, name)
+
+    triton_helpers.libdevice = _Libdevice()
 
 
 def generate(problem: Problem, device: str, small: bool) -> tuple[str, dict]:
