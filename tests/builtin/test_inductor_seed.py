@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -188,6 +189,10 @@ def test_a_campaign_stores_the_inductor_seed_with_its_origin(tmp_path: Path) -> 
     full = [e for e in store.evaluations(candidate_id=ind[0]["id"]) if e["kind"] == "full"]
     assert full and full[0]["status"] == "correct", full
     assert any(c["origin"] == "builtin" and c["parent_id"] for c in cands), "nothing grew past the seeds"
+    from kernellab import report
+
+    html = report.render(store, cid)
+    assert re.search(r"From the seed \((builtin|inductor): [^)]*\): \d+ step\(s\)", html)
 
 
 # -- GPU: the same on CUDA at full size, own-kernel share from the profiled launches --------------------------
