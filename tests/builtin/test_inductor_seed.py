@@ -210,3 +210,19 @@ def test_gpu_inductor_seed_is_correct_and_its_share_measured(path: Path) -> None
     # the profiled kernels marked own are Inductor's Triton kernels, the library ones are not
     assert any(k["own"] for k in d["kernels"])
     assert all(k["name"] in code.meta["inductor"]["triton_kernels"] for k in d["kernels"] if k["own"])
+
+
+def test_the_flag_turns_the_seed_on_and_off() -> None:
+    from click.testing import CliRunner
+
+    from kernellab.campaign import CampaignConfig, make_agents
+    from kernellab.cli import main
+
+    def agents(**kw):
+        return make_agents(CampaignConfig(problems=["p.py"], device="cpu", **kw), None, "c")
+
+    assert agents().inductor is None  # on the CPU: off unless asked
+    assert agents(inductor_seed=True).inductor == {"device": "cpu", "small": None}
+    assert agents(inductor_seed=False).inductor is None
+    out = CliRunner().invoke(main, ["run", "--help"]).output
+    assert "--inductor-seed / --no-inductor-seed" in out
