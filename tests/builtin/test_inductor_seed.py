@@ -40,6 +40,7 @@ LINEAR_RELU = ROOT / "tests" / "export" / "linear_relu.py"
 CONV_BIAS = ROOT / "tests" / "problems" / "kb_conv_bias_relu.py"
 CONV_BN_TRAIN = ROOT / "tests" / "problems" / "kb_conv_bn_train.py"
 GEMM_ADD_RELU = ROOT / "tests" / "problems" / "kb_gemm_add_relu.py"
+GEMM_BIAS_GELU = ROOT / "experiments" / "problems" / "fusions" / "gemm_bias_gelu.py"  # bundled; erf in a kernel
 
 cpu_only = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                               reason="the CPU path runs Inductor's Triton kernels in the interpreter (TRITON_INTERPRET=1)")
@@ -65,11 +66,14 @@ def test_linear_relu_seed_is_correct_in_the_sandbox_with_its_kernels_counted() -
 
 
 @cpu_only
-def test_conv_bias_seed_is_correct_in_the_sandbox() -> None:
-    code = _seed(CONV_BIAS)
-    # the graph's order: neither inputs first nor parameters first
-    assert code.meta["inductor"]["args"] == ["param:conv.weight", "param:conv.bias", "input:0", "param:bias"]
-    r = evaluate(load_problem(CONV_BIAS), code.source, trials=2, timing=False)
+@pytest.mark.parametrize("path", [CONV_BIAS, GEMM_BIAS_GELU], ids=lambda p: p.stem)
+def test_conv_bias_and_bundled_gemm_gelu_seeds_are_correct_in_the_sandbox(path: Path) -> None:
+    code = _seed(path)
+    if path == CONV_BIAS:  # the graph's order: neither inputs first nor parameters first
+        assert code.meta["inductor"]["args"] == ["param:conv.weight", "param:conv.bias", "input:0", "param:bias"]
+    else:  # the interpreter has no libdevice: erf runs as tl.math's
+        assert code.meta["inductor"]["libdevice_as_tl_math"] == ["erf"]
+    r = evaluate(load_problem(path), code.source, trials=2, timing=False)
     assert r["status"] == "correct", (r["error_class"], r["error_text"])
     assert not r["library_only"]
 
