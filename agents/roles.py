@@ -39,7 +39,7 @@ class Code:
     source: str
     action: str  # short human-readable description of the change from the parent
     language: str = "triton"  # triton | cuda | torch
-    origin: str = "builtin"  # builtin | llm | human | seed
+    origin: str = "builtin"  # builtin | llm | human | seed | inductor
     model: str | None = None  # the LLM model name, or "builtin"
     meta: dict = field(default_factory=dict)  # e.g. the builtin's replayable action list
 

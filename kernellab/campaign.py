@@ -69,6 +69,9 @@ class CampaignConfig:
     device: str | None = None  # None = cuda when available, else cpu
     small: bool | None = None  # None = SMALL sizes on CPU only
     replay: str | None = None  # answer LLM calls from this campaign's recorded calls
+    # builtin agents: also seed from torch.compile's own code; None = with CUDA only (on the CPU its
+    # Triton kernels run in the interpreter, and compiling costs each problem tens of seconds)
+    inductor_seed: bool | None = None
 
     def validate(self) -> None:
         if not self.problems:
@@ -164,7 +167,9 @@ def make_agents(config: CampaignConfig, store: Any, campaign_id: str) -> Any:
     if config.llm == "builtin":
         from kernellab.agents.builtin import BuiltinAgents
 
-        return BuiltinAgents()
+        device = config.device or env.default_device()
+        on = config.inductor_seed if config.inductor_seed is not None else device == "cuda"
+        return BuiltinAgents(inductor={"device": device, "small": config.small} if on else None)
     return _llm_agents(config, store, campaign_id)
 
 

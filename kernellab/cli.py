@@ -234,6 +234,8 @@ def _campaign_options(fn: Callable) -> Callable:
         click.option("--target", type=float, default=d.target, help="Stop a problem once this speedup is reached."),
         click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
         click.option("--small", is_flag=True, default=d.small, help="SMALL problem sizes (automatic on CPU)."),
+        click.option("--inductor-seed/--no-inductor-seed", "inductor_seed", default=d.inductor_seed,
+                     help="Builtin agents: also seed from torch.compile's own code [default: on with CUDA, off on CPU]."),
         click.option("--replay", default=d.replay, metavar="CAMPAIGN",
                      help="Answer LLM calls from CAMPAIGN's recorded calls (no network)."),
     ]

@@ -293,7 +293,14 @@ def _sec_lineage(p: dict, store: Any) -> str:
     if p["best_e"] is None:
         return "<p>No correct candidate, so no lineage to show.</p>"
     rows = []
-    for c in store.lineage(p["best_e"]["candidate_id"]):
+    chain = store.lineage(p["best_e"]["candidate_id"])
+    # how far the winner moved from its seed (the root: builtin or inductor, torch.compile's own code)
+    e0, e1 = _best_eval(p, chain[0]["id"]), p["best_e"]
+    gain = (f", {e1['speedup_eager'] / e0['speedup_eager']:.2f}x the seed's speed" if e0 and not p["interpreted"]
+            and e0.get("speedup_eager") and e1.get("speedup_eager") else "")
+    moved = (f"<p>From the seed ({escape(chain[0]['origin'])}: {escape(chain[0]['action'] or 'root')}): "
+             f"{len(chain) - 1} step(s){gain}.</p>")
+    for c in chain:
         e = _best_eval(p, c["id"])
         status = _cand_status(p["by_cand"].get(c["id"], []))
         a = p["analyses"].get(c["id"])
@@ -317,7 +324,7 @@ def _sec_lineage(p: dict, store: Any) -> str:
         rows.append([str(c["depth"]), f"<code>{escape(c['id'][:12])}</code>", escape(c["action"] or "(root)"),
                      escape(c["origin"] + (f" / {c['model']}" if c.get("model") else "")),
                      f'<span class="st st-{escape(status)}">{escape(status)}</span>', speed, said or "–"])
-    return _table(["depth", "candidate", "action", "origin", "status", "result", "analyst"], rows, "lineage")
+    return moved + _table(["depth", "candidate", "action", "origin", "status", "result", "analyst"], rows, "lineage")
 
 
 def _sec_tree(p: dict, store: Any) -> str:

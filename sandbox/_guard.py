@@ -9,7 +9,8 @@
   reached); before 3.12 it swaps the code of the forward *function objects* for a counting
   trampoline, so an alias taken at import (``_REF = Model.forward``) is watched as well.
 - :class:`LaunchCounter`: counts and times the candidate's own Triton launches (``JITFunction.run``
-  and, in the interpreter, ``InterpretedFunction.run``), which gives ``own_kernel_share`` on the CPU,
+  and, in the interpreter, ``InterpretedFunction.run``; Inductor's ``CachingAutotuner.run`` once a
+  candidate imported Inductor's runtime), which gives ``own_kernel_share`` on the CPU,
   and records the names of the kernels the candidate launched (Triton, and CuPy's ``RawKernel`` /
   ``RawModule.get_function`` kernels): the GPU profiler counts exactly those as its own.
 """
@@ -100,7 +101,7 @@ class StateSnapshot:
         if not flags_only:
             now = self._ids()
             # names added since (lazy imports) are not a hack; replaced or deleted ones are
-            changed = sorted(k for k in self.ids if self.ids[k] != now.get(k))
+            changed = sorted(k for k in self.ids if self.ids[k] != now.get(k) and not _dynamo_disabled(k, self.ids[k]))
             timing = [k for k in changed if k in TIMING_NAMES]
             if timing:
                 return "timing_patched", timing
@@ -109,6 +110,36 @@ class StateSnapshot:
         if changed_flags:
             return "global_state_changed", changed_flags
         return None
+
+
+def _dynamo_disabled(key: str, old_id: int) -> bool:
+    """Whether ``key`` now holds ``torch._disable_dynamo``'s wrapper of the very function it held: what
+    importing ``torch._dynamo`` does to ``torch.manual_seed`` (a candidate running Inductor's generated
+    code imports it; on a GPU worker ``_settle_lazy_patches`` imported it already). The wrapper calls the
+    same function, so this is no patch; any other replacement still is."""
+    ns_name, _, attr = key.rpartition(".")
+    obj = getattr(_namespaces().get(ns_name), attr, None)
+    code = getattr(obj, "__code__", None)
+    if code is None or code is not _disable_code():
+        return False
+    cells = dict(zip(code.co_freevars, obj.__closure__ or (), strict=False))
+    try:
+        return "fn" in cells and id(cells["fn"].cell_contents) == old_id
+    except ValueError:  # an empty cell
+        return False
+
+
+def _disable_code() -> types.CodeType | None:
+    global _DISABLE_CODE
+    if _DISABLE_CODE is None:
+        try:
+            _DISABLE_CODE = torch._disable_dynamo(lambda: None).__code__
+        except Exception:  # pragma: no cover - a torch without it
+            return None
+    return _DISABLE_CODE
+
+
+_DISABLE_CODE: types.CodeType | None = None
 
 
 def _reference_classes(*mods: types.ModuleType | None, extra: tuple[type, ...] = ()) -> list[type]:
@@ -278,6 +309,42 @@ class LaunchCounter:
                                   getattr(getattr(self_, "fn", None), "__name__", "?"))
 
         cls.run = run
+
+    def hook_inductor(self) -> bool:
+        """Also count Inductor's launches (an Inductor-generated candidate): on a GPU its wrapper launches
+        through ``CachingAutotuner.run`` and compiled launchers, never ``JITFunction.run``. Called once the
+        candidate is loaded, since only then is Inductor's runtime imported (importing it costs seconds,
+        which no other candidate should pay). The name recorded is the kernel's, as the profiler shows it.
+        In the interpreter ``CachingAutotuner.run`` calls ``InterpretedFunction.run``, counted already."""
+        mod = sys.modules.get("torch._inductor.runtime.triton_heuristics")
+        cls = getattr(mod, "CachingAutotuner", None)
+        if cls is None:
+            return False
+        orig = cls.__dict__.get("run")
+        if orig is None or getattr(orig, "_kernellab_counted", False):
+            return orig is not None
+        counter = self
+        clock = time.perf_counter
+
+        def run(self_: Any, *args: Any, **kwargs: Any) -> Any:
+            if not counter.armed:
+                return orig(self_, *args, **kwargs)
+            counter._depth += 1
+            t0 = clock()
+            try:
+                return orig(self_, *args, **kwargs)
+            finally:
+                counter._depth -= 1
+                if counter._depth == 0:
+                    counter.seconds += clock() - t0
+                counter.launches += 1
+                fn = getattr(self_, "fn", None)
+                name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", None)
+                counter.names.add(name if isinstance(name, str) and name else "?")
+
+        run._kernellab_counted = True  # type: ignore[attr-defined]
+        cls.run = run
+        return True
 
     def record(self, name: Any) -> None:
         if self.armed and isinstance(name, str) and name:

@@ -236,6 +236,8 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
         from ._worker import load_module
 
         mod = load_module(job["source"], jobdir, name)
+        if w.device_kind == "cuda":  # an Inductor-generated candidate's launches (the interpreter counts them already)
+            w.counter.hook_inductor()
         _apply_config(mod, job.get("config"))
         cls = getattr(mod, "ModelNew", None)
         if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):

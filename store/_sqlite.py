@@ -225,8 +225,8 @@ class SQLiteStore(BaseStore):
                       origin: str = "builtin", model: str | None = None, action: str = "",
                       language: str = "triton", space: dict | None = None,
                       meta: dict | None = None) -> str:
-        if origin not in ("builtin", "llm", "human", "seed"):
-            raise StoreError(f"origin {origin!r} is not one of builtin, llm, human, seed")
+        if origin not in ("builtin", "llm", "human", "seed", "inductor"):
+            raise StoreError(f"origin {origin!r} is not one of builtin, llm, human, seed, inductor")
         source_hash = _hash(problem_id, source)
         cid = _hash(campaign_id, source_hash)
         with self._write() as c:

@@ -37,6 +37,8 @@ from .actions import (
 from .build import Built, build, built
 from .codegen import allow_tf32, default_precision
 from .cost import CEILING_BW, group_costs, peak_flops
+from .inductor import ACTION as INDUCTOR_ACTION
+from .inductor import inductor_proposal, inductor_seed
 from .loopgen import pointwise_defaults
 
 __all__ = ["BuiltinAgents", "seed", "candidate_actions", "profile_reference"]
@@ -137,9 +139,13 @@ def _shares(problem: Problem, b: Built, reference: dict) -> dict[str, float]:
 
 
 class BuiltinAgents:
-    """Offline planner, coder, debugger and analyst (no LLM, no network)."""
+    """Offline planner, coder, debugger and analyst (no LLM, no network). ``inductor``: ``{"device",
+    "small"}`` to also seed from torch.compile's own code (``inductor.py``), None not to."""
 
     name = "builtin"
+
+    def __init__(self, inductor: dict | None = None) -> None:
+        self.inductor = inductor
 
     # -- plan -------------------------------------------------------------------------------------
     def plan(self, problem: Problem, tree: list[dict], k: int, reference: dict) -> list[Proposal]:
@@ -151,12 +157,16 @@ class BuiltinAgents:
                 props.append(Proposal(None, LibraryGemm("*").describe(),
                                       "fp32 GEMMs need IEEE dots: cuBLAS runs them faster than FMA-unit Triton",
                                       action=LibraryGemm("*").to_dict()))
+            if self.inductor is not None:
+                props.insert(1, inductor_proposal())
             return props[:k]
         # a library-only node (cuBLAS for everything) has nothing of ours left to change: expand the
         # best node that runs kernels of its own instead, so the budget goes to kernel variants
-        parents = [r for r in tree if r.get("selected") and not _library(r)]
+        # a node without an action list (the Inductor seed) has nothing to replay: the best one that has
+        parents = [r for r in tree if r.get("selected") and not _library(r) and _actions_of(r) is not None]
         if not parents:
-            parents = sorted((r for r in tree if _ok(r) and not _library(r)), key=lambda r: -(_speed(r) or 0))[:1]
+            parents = sorted((r for r in tree if _ok(r) and not _library(r) and _actions_of(r) is not None),
+                             key=lambda r: -(_speed(r) or 0))[:1]
         scored: list[tuple[float, Proposal]] = []
         for row in parents:
             if not _ok(row):
@@ -185,6 +195,10 @@ class BuiltinAgents:
 
     # -- code -------------------------------------------------------------------------------------
     def code(self, problem: Problem, proposal: Proposal, parent: dict | None) -> Code:
+        if (proposal.action or {}).get("kind") == INDUCTOR_ACTION:
+            if self.inductor is None:
+                raise ValueError("the Inductor seed is off for these agents")
+            return inductor_seed(problem, **self.inductor)
         acts = _actions_of(parent)
         if acts is None:
             raise ValueError("the parent is not a builtin candidate (no action list to replay)")

@@ -1,0 +1,232 @@
+"""The Inductor seed: torch.compile's own generated code wrapped as a candidate (agents/builtin/inductor.py).
+
+On the CPU, Inductor's Triton backend (``cpu_backend = "triton"``) writes the kernels and its runtime runs
+them in the interpreter, so the seed is generated and judged by the real sandbox here; the GPU tests check
+the same on CUDA with the own-kernel share measured from the profiled launches.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from kernellab.agents.builtin import BuiltinAgents
+from kernellab.agents.builtin.inductor import InductorSeedError, inductor_seed
+from kernellab.sandbox import evaluate
+
+from kernellab.problem import Problem, instantiate, load_problem
+
+
+def load_source(source: str, tmp: Path) -> object:
+    """Import a candidate file (as the sandbox does: from a real file, Triton reads kernel source there)."""
+    import importlib.util
+    import sys
+
+    name = f"kl_inductor_cand_{len(list(tmp.iterdir()))}"
+    path = tmp / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+ROOT = Path(__file__).resolve().parents[2]
+LINEAR_RELU = ROOT / "tests" / "export" / "linear_relu.py"
+CONV_BIAS = ROOT / "tests" / "problems" / "kb_conv_bias_relu.py"
+CONV_BN_TRAIN = ROOT / "tests" / "problems" / "kb_conv_bn_train.py"
+GEMM_ADD_RELU = ROOT / "tests" / "problems" / "kb_gemm_add_relu.py"
+GEMM_BIAS_GELU = ROOT / "experiments" / "problems" / "fusions" / "gemm_bias_gelu.py"  # bundled; erf in a kernel
+
+cpu_only = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                              reason="the CPU path runs Inductor's Triton kernels in the interpreter (TRITON_INTERPRET=1)")
+
+
+@functools.cache
+def _seed(path: Path, device: str = "cpu"):
+    return inductor_seed(load_problem(path), device)
+
+
+@cpu_only
+def test_linear_relu_seed_is_correct_in_the_sandbox_with_its_kernels_counted() -> None:
+    code = _seed(LINEAR_RELU)
+    meta = code.meta["inductor"]
+    assert code.origin == "inductor"
+    # the placeholders' order puts the weights before the input: a guessed (input-first) order is wrong
+    assert meta["args"] == ["param:linear.weight", "param:linear.bias", "input:0"]
+    assert meta["triton_kernels"] and "addmm" in meta["extern"]
+    r = evaluate(load_problem(LINEAR_RELU), code.source, trials=2, timing=False)
+    assert r["status"] == "correct", (r["error_class"], r["error_text"])
+    assert not r["library_only"] and r["own_kernel_share"] > 0
+    assert set(r["details"]["own_kernels"]) == set(meta["triton_kernels"])
+
+
+@cpu_only
+@pytest.mark.parametrize("path", [CONV_BIAS, GEMM_BIAS_GELU], ids=lambda p: p.stem)
+def test_conv_bias_and_bundled_gemm_gelu_seeds_are_correct_in_the_sandbox(path: Path) -> None:
+    code = _seed(path)
+    if path == CONV_BIAS:  # the graph's order: neither inputs first nor parameters first
+        assert code.meta["inductor"]["args"] == ["param:conv.weight", "param:conv.bias", "input:0", "param:bias"]
+    else:  # the interpreter has no libdevice: erf runs as tl.math's
+        assert code.meta["inductor"]["libdevice_as_tl_math"] == ["erf"]
+    r = evaluate(load_problem(path), code.source, trials=2, timing=False)
+    assert r["status"] == "correct", (r["error_class"], r["error_text"])
+    assert not r["library_only"]
+
+
+@cpu_only
+def test_training_batchnorm_seed_updates_the_running_statistics(tmp_path: Path) -> None:
+    problem = load_problem(CONV_BN_TRAIN)
+    code = _seed(CONV_BN_TRAIN)
+    assert "buffer:bn.running_mean" in code.meta["inductor"]["args"]
+    r = evaluate(problem, code.source, trials=2, timing=False)
+    assert r["status"] == "correct", (r["error_class"], r["error_text"])
+    # the candidate writes the batch statistics into the module's own buffers, as the reference does
+    mod = load_source(code.source, tmp_path)
+    ref = instantiate(problem, small=True, seed=0, device="cpu")
+    new = instantiate(problem, small=True, seed=0, device="cpu", model_cls=mod.ModelNew)
+    with torch.no_grad():
+        for _ in range(2):
+            expect, got = ref.model(*ref.inputs), new.model(*ref.inputs)
+    torch.testing.assert_close(got, expect, atol=1e-4, rtol=1e-4)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        before = getattr(instantiate(problem, small=True, seed=0, device="cpu").model.bn, name)
+        assert not torch.equal(getattr(new.model.bn, name), before), name
+        torch.testing.assert_close(getattr(new.model.bn, name), getattr(ref.model.bn, name), atol=1e-5, rtol=1e-5)
+
+
+@cpu_only
+def test_inductor_launches_are_recorded_by_the_launch_counter(tmp_path: Path) -> None:
+    # on a GPU Inductor launches through CachingAutotuner.run, never JITFunction.run: the worker hooks it
+    from kernellab.sandbox._guard import LaunchCounter
+
+    code = _seed(LINEAR_RELU)
+    mod = load_source(code.source, tmp_path)
+    counter = LaunchCounter(hooks=False)
+    assert counter.hook_inductor()
+    inst = instantiate(load_problem(LINEAR_RELU), small=True, seed=0, device="cpu", model_cls=mod.ModelNew)
+    counter.armed = True
+    try:
+        with torch.no_grad():
+            inst.model(*inst.inputs)
+    finally:
+        counter.armed = False
+    assert counter.names == set(code.meta["inductor"]["triton_kernels"]) and counter.launches >= 1
+
+
+def test_a_graph_break_is_a_reason_not_a_candidate(tmp_path: Path) -> None:
+    src = ("import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+           "        if x.sum() > 0:  # data-dependent control flow: two graphs\n            return x * 2\n"
+           "        return x - 1\n\ndef get_inputs():\n    return [torch.randn(8, 8)]\n\n"
+           "def get_init_inputs():\n    return []\n")
+    with pytest.raises(InductorSeedError, match="torch.compile failed|graph"):
+        inductor_seed(Problem(name="branchy", source=src), "cpu")
+
+
+def test_a_bad_device_is_refused() -> None:
+    with pytest.raises(InductorSeedError, match="not cpu or cuda"):
+        inductor_seed(load_problem(LINEAR_RELU), "tpu")
+
+
+def test_the_planner_expands_a_builtin_node_when_the_inductor_seed_is_selected() -> None:
+    # greedy selects the best node, often the Inductor seed, which has no action list to replay: before,
+    # the planner proposed nothing and the problem stopped after its seeds
+    problem = load_problem(LINEAR_RELU)
+    ok = {"status": "correct", "speedup_eager": 2.0, "library_only": False}
+    tree = [{"id": "ind", "parent_id": None, "selected": True, "meta": {"inductor": {}}, "best": ok},
+            {"id": "seed", "parent_id": None, "selected": False, "meta": {"actions": []},
+             "best": {**ok, "speedup_eager": 1.0}}]
+    props = BuiltinAgents().plan(problem, tree, 2, {})
+    assert props and all(p.parent_id == "seed" for p in props)
+
+
+def test_the_seed_proposals_include_the_inductor_seed_only_when_on() -> None:
+    problem = load_problem(LINEAR_RELU)
+    off = BuiltinAgents().plan(problem, [], 4, {})
+    on = BuiltinAgents(inductor={"device": "cpu", "small": True}).plan(problem, [], 4, {})
+    assert [p.action for p in on if p.action] == [{"kind": "inductor_seed"}]
+    assert len(on) == len(off) + 1 and on[1].action == {"kind": "inductor_seed"}
+    assert not any(p.action == {"kind": "inductor_seed"} for p in off)
+
+
+def test_a_dynamo_disable_wrapper_of_manual_seed_is_no_patch_but_another_wrapper_is() -> None:
+    # a candidate running Inductor's code imports torch._dynamo, which wraps torch.manual_seed: on the CPU
+    # the sandbox rejected every Inductor seed as `torch_patched` before
+    from kernellab.sandbox._guard import StateSnapshot
+
+    orig = torch.manual_seed
+    try:
+        base = getattr(orig, "__wrapped__", orig)
+        torch.manual_seed = base
+        snap = StateSnapshot()
+        torch.manual_seed = torch._disable_dynamo(base)
+        assert snap.diff() is None
+        torch.manual_seed = base
+        snap = StateSnapshot()
+        torch.manual_seed = functools.wraps(base)(lambda *a, **k: base(*a, **k))
+        assert snap.diff() == ("torch_patched", ["torch.manual_seed"])
+        torch.manual_seed = base
+        snap = StateSnapshot()
+        # the same wrapper around another function is a patch
+        torch.manual_seed = torch._disable_dynamo(lambda *a, **k: base(*a, **k))
+        assert snap.diff() == ("torch_patched", ["torch.manual_seed"])
+    finally:
+        torch.manual_seed = orig
+
+
+@cpu_only
+def test_a_campaign_stores_the_inductor_seed_with_its_origin(tmp_path: Path) -> None:
+    from kernellab.store import Store
+
+    from kernellab.campaign import CampaignConfig, run_campaign, start_campaign
+
+    store = Store(str(tmp_path / "k.db"))
+    cfg = CampaignConfig(problems=[str(LINEAR_RELU)], budget=3, trials=2, device="cpu", inductor_seed=True)
+    cid = start_campaign(store, cfg, name="inductor-seed")
+    run_campaign(store, cid)
+    cands = store.candidates(cid)
+    ind = [c for c in cands if c["origin"] == "inductor"]
+    assert len(ind) == 1 and ind[0]["parent_id"] is None
+    full = [e for e in store.evaluations(candidate_id=ind[0]["id"]) if e["kind"] == "full"]
+    assert full and full[0]["status"] == "correct", full
+    assert any(c["origin"] == "builtin" and c["parent_id"] for c in cands), "nothing grew past the seeds"
+    from kernellab import report
+
+    html = report.render(store, cid)
+    assert re.search(r"From the seed \((builtin|inductor): [^)]*\): \d+ step\(s\)", html)
+
+
+# -- GPU: the same on CUDA at full size, own-kernel share from the profiled launches --------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", [GEMM_ADD_RELU, CONV_BIAS, CONV_BN_TRAIN], ids=lambda p: p.stem)
+def test_gpu_inductor_seed_is_correct_and_its_share_measured(path: Path) -> None:
+    problem = load_problem(path)
+    code = inductor_seed(problem, "cuda")
+    r = evaluate(problem, code.source, device="cuda")
+    assert r["status"] == "correct", (r["error_class"], r["error_text"])
+    d = r["details"]
+    assert set(d["own_kernels"]) == set(code.meta["inductor"]["triton_kernels"]), d.get("kernels")
+    assert not r["library_only"] and r["own_kernel_share"] > 0, d.get("kernels")
+    # the profiled kernels marked own are Inductor's Triton kernels, the library ones are not
+    assert any(k["own"] for k in d["kernels"])
+    assert all(k["name"] in code.meta["inductor"]["triton_kernels"] for k in d["kernels"] if k["own"])
+
+
+def test_the_flag_turns_the_seed_on_and_off() -> None:
+    from click.testing import CliRunner
+
+    from kernellab.campaign import CampaignConfig, make_agents
+    from kernellab.cli import main
+
+    def agents(**kw):
+        return make_agents(CampaignConfig(problems=["p.py"], device="cpu", **kw), None, "c")
+
+    assert agents().inductor is None  # on the CPU: off unless asked
+    assert agents(inductor_seed=True).inductor == {"device": "cpu", "small": None}
+    assert agents(inductor_seed=False).inductor is None
+    out = CliRunner().invoke(main, ["run", "--help"]).output
+    assert "--inductor-seed / --no-inductor-seed" in out
