@@ -21,11 +21,15 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernellab import env
 from kernellab.problem import Problem, load_problem
 from kernellab.small import small_overrides
+
+if TYPE_CHECKING:
+    from kernellab.agents.graph import Context
+    from kernellab.store import BaseStore
 
 __all__ = ["CampaignConfig", "check_campaign", "start_campaign", "run_campaign", "resume_campaign", "CampaignError",
            "CampaignBusy", "campaign_lock", "retime_winners", "run"]
@@ -209,7 +213,7 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     return store.summary(camp["id"])
 
 
-def _invoke(graph: Any, ctx: Any, campaign_id: str, problem_ids: list[str], progress: Any) -> None:
+def _invoke(graph: Any, ctx: Context, campaign_id: str, problem_ids: list[str], progress: Any) -> None:
     """Start the graph, or go on from its last checkpoint."""
     run_cfg = {"configurable": {"thread_id": campaign_id}, "recursion_limit": 100_000}
     snap = graph.get_state(run_cfg)
@@ -225,8 +229,8 @@ def _invoke(graph: Any, ctx: Any, campaign_id: str, problem_ids: list[str], prog
         graph.invoke({"problem_ids": problem_ids, "index": 0, "round": 0, "elapsed_s": 0.0}, run_cfg, context=ctx)
 
 
-def _context(store: Any, camp: dict, config: CampaignConfig, problems: dict[str, Problem], agents: Any,
-             executor: Any, device: str, progress: Any) -> Any:
+def _context(store: BaseStore, camp: dict, config: CampaignConfig, problems: dict[str, Problem], agents: Any,
+             executor: Any, device: str, progress: Any) -> Context:
     """The graph's ``Context``: the store, the agents, and the campaign's evaluate, select, stop,
     tune, profile, reference and cost-model steps."""
     from kernellab import search
@@ -254,13 +258,14 @@ def _context(store: Any, camp: dict, config: CampaignConfig, problems: dict[str,
                    make_tree=lambda pid: search.Tree(store, camp["id"], pid, objective=config.objective),
                    stop_check=stop_check, tune=steps.tune, profile=steps.profile, reference=steps.reference,
                    model=modelled.model_candidate if device != "cuda" else None,
-                   variants=modelled.config_variants, progress=progress)
+                   # an LLM planner picks its own expansions: a variant would cost a coder call each
+                   variants=modelled.config_variants if config.llm == "builtin" else None, progress=progress)
 
 
 class _Steps:
     """The campaign's evaluate, tune, profile and reference steps (the graph calls them through its Context)."""
 
-    def __init__(self, store: Any, campaign_id: str, config: CampaignConfig, executor: Any, device: str):
+    def __init__(self, store: BaseStore, campaign_id: str, config: CampaignConfig, executor: Any, device: str):
         self.store, self.campaign_id, self.config, self.executor, self.device = store, campaign_id, config, executor, device
         self._references: dict[str, dict] = {}
 
