@@ -109,3 +109,18 @@ def test_every_policy_explores_three_levels_deep_on_the_cpu(policy):
     assert best["interpreted"] and best["speedup_eager"] is None and best["speedup_compile"] is None
     tree = Tree(store, cid, cands[0]["problem_id"])
     assert all(n.surrogate for n in tree.scored())
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_scores_are_measured_never_modelled():
+    store = Store(":memory:")
+    cfg = CampaignConfig(problems=[str(GEMM)], budget=3, width=2, trials=2)
+    cid = start_campaign(store, cfg, name="gpu-measured")
+    run_campaign(store, cid)
+    fulls = [e for e in store.evaluations(campaign_id=cid) if e["kind"] == "full" and e["status"] == "correct"]
+    assert fulls and not any(e["interpreted"] or "modelled" in (e["details"] or {}) for e in fulls)
+    tree = Tree(store, cid, store.candidates(cid)[0]["problem_id"])
+    assert tree.scored() and not any(n.surrogate for n in tree.scored())
+    # the planner ranked by the reference profile the campaign recorded
+    (ref,) = store.events(cid, "reference")
+    assert ref["payload"]["profile"]["ops"]
