@@ -4,9 +4,12 @@
 The **store is the source of truth**; the graph state only carries control flow (which problem, which
 round, what was selected and proposed). Every node derives its work from the store (e.g. ``evaluate``
 evaluates every candidate of the problem that has no judged evaluation yet), and every write is
-idempotent (content-hash ids). So a campaign killed at any moment and resumed from its last LangGraph
-checkpoint re-runs at most the interrupted node, finds the finished work in the store, and neither
-repeats nor loses an evaluation.
+idempotent (content-hash ids; events keyed by node and LangGraph step, ``event_key``). So a campaign
+killed at any moment and resumed from its last LangGraph checkpoint re-runs at most the interrupted
+node, finds the finished work in the store, and neither repeats nor loses an evaluation or an event.
+
+The nodes are module-level functions of (state, ``Runtime[Context]``, config), testable one by one;
+``build_graph`` only wires them.
 """
 
 from __future__ import annotations
