@@ -4,32 +4,42 @@
 The **store is the source of truth**; the graph state only carries control flow (which problem, which
 round, what was selected and proposed). Every node derives its work from the store (e.g. ``evaluate``
 evaluates every candidate of the problem that has no judged evaluation yet), and every write is
-idempotent (content-hash ids). So a campaign killed at any moment and resumed from its last LangGraph
-checkpoint re-runs at most the interrupted node, finds the finished work in the store, and neither
-repeats nor loses an evaluation.
+idempotent (content-hash ids; events keyed by node and LangGraph step, ``event_key``). So a campaign
+killed at any moment and resumed from its last LangGraph checkpoint re-runs at most the interrupted
+node, finds the finished work in the store, and neither repeats nor loses an evaluation or an event.
+
+The nodes are module-level functions of (state, ``Runtime[Context]``, config), testable one by one;
+``build_graph`` only wires them.
 """
 
 from __future__ import annotations
 
-import operator
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypedDict
+from typing import Any, TypedDict
 
 from kernellab.agents.roles import Agents, Proposal
 from kernellab.sandbox import SandboxUnavailable, is_infra
-from kernellab.store import is_winner_retime
+from kernellab.store import BaseStore, canonical_json, is_winner_retime
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
 from langgraph.types import RetryPolicy, Send
 
-from kernellab.problem import Problem
+from kernellab.problem import Problem, content_hash
 
 FAILED = ("compile_error", "runtime_error", "timeout", "crash", "incorrect", "rejected")
 # Infrastructure failures (the sandbox's own machinery, see kernellab.sandbox.is_infra) are never a
 # candidate's judged evaluation: they are an ``infra`` event and the candidate is evaluated again at
 # the next evaluate step, at most this many times per session (a resumed campaign tries again).
 MAX_INFRA = 2
+# Errors worth one more attempt of the node (the RetryPolicy's): the store busy beyond its timeout
+# ("database is locked"), a dropped connection or a timeout that an agent's SDK did not absorb. Agent
+# steps re-raise these to the policy instead of recording them; every other error of an agent step is
+# an event and costs only that step, and ``Context.fatal`` stops the campaign (saved, resumable).
+TRANSIENT: tuple[type[BaseException], ...] = (sqlite3.OperationalError, ConnectionError, TimeoutError)
 
 
 class CampaignState(TypedDict, total=False):
@@ -41,7 +51,6 @@ class CampaignState(TypedDict, total=False):
     elapsed_s: float  # active wall time over all sessions (between checkpoints)
     n_before: int  # the problem's candidate count when the round started
     empty_rounds: int  # consecutive rounds that added no candidate
-    coded: Annotated[list[str], operator.add]
     done: bool
 
 
@@ -52,9 +61,9 @@ class CodeTask(TypedDict):
 
 @dataclass
 class Context:
-    """Live objects the nodes use (not part of the checkpointed state)."""
+    """What the nodes work with (LangGraph's ``context_schema``: given to ``invoke``, never checkpointed)."""
 
-    store: Any
+    store: BaseStore
     campaign_id: str
     config: dict
     problems: dict[str, Problem]
@@ -65,16 +74,64 @@ class Context:
     stop_check: Callable[[str, CampaignState], str | None]  # -> reason to stop this problem
     tune: Callable[[Problem, dict], dict | None] | None = None
     profile: Callable[[Problem, dict, dict], tuple[list, str | None]] | None = None
+    # the reference's profile for the planner's Amdahl ranking ({"ops": [{"name", "ms", "share"}], ...})
     reference: Callable[[Problem], dict] = lambda p: {}
+    # an interpreted (CPU) result's modelled H200 time: (problem, candidate row, result) -> details or None
+    model: Callable[[Problem, dict, dict], dict | None] | None = None
+    # children that change one tuning parameter: (problem, tree rows, k) -> proposals, when the
+    # planner proposes fewer than k
+    variants: Callable[[Problem, list[dict], int], list[Proposal]] | None = None
     progress: Any = None
-    # errors that must stop the campaign (saved, resumable), e.g. an LLM budget spent; all other
-    # errors of an agent step are recorded as events and cost only that step
     fatal: tuple[type[BaseException], ...] = ()
+    transient: tuple[type[BaseException], ...] = TRANSIENT
     session_start: float = field(default_factory=time.monotonic)
     infra_failures: dict[str, int] = field(default_factory=dict)  # candidate id -> this session's count
+    _keys: set[str] | None = field(default=None, repr=False)
 
-    def event(self, kind: str, payload: dict) -> None:
+    @property
+    def passthrough(self) -> tuple[type[BaseException], ...]:
+        """Errors an agent step must not swallow: fatal ones and transient ones (for the RetryPolicy)."""
+        return (*self.fatal, *self.transient)
+
+    def event(self, kind: str, payload: dict, key: str | None = None) -> bool:
+        """Record an ``events`` row; with ``key``, only once per campaign: a node re-run after a resume
+        (same campaign, node, step and item) finds its key written and writes nothing. One process
+        runs a campaign at a time (campaign_lock), so the keys read once per session stay true."""
+        if key is not None:
+            if self._keys is None:
+                self._keys = {e["payload"].get("event_key") for e in self.store.events(self.campaign_id)} - {None}
+            if key in self._keys:
+                return False
+            payload = {**payload, "event_key": key}
         self.store.add_event(self.campaign_id, kind, payload)
+        if key is not None:
+            self._keys.add(key)
+        return True
+
+
+def event_key(config: RunnableConfig | None, node: str, *item: Any) -> str | None:
+    """``node@step[/item]``: the LangGraph step is the same when a node re-runs after a resume (the
+    checkpoint before it is where the campaign goes on). None outside a graph run (no dedup)."""
+    step = ((config or {}).get("metadata") or {}).get("langgraph_step")
+    if step is None:
+        return None
+    return f"{node}@{step}" + "".join(f"/{i}" for i in item)
+
+
+def _ctx(runtime: Runtime[Context]) -> Context:
+    return runtime.context
+
+
+def _pid(state: CampaignState) -> str:
+    return state["problem_ids"][state.get("index", 0)]
+
+
+def _width(ctx: Context) -> int:
+    return int(ctx.config.get("width", 4))
+
+
+def _max_debug(ctx: Context) -> int:
+    return int(ctx.config.get("debug_rounds", 3))
 
 
 def _tree_rows(ctx: Context, problem_id: str, selected: list[str | None] | None = None) -> list[dict]:
@@ -129,245 +186,323 @@ def _remaining(ctx: Context, problem_id: str) -> int:
     return max(0, int(ctx.config["budget"]) - len(ctx.store.candidates(ctx.campaign_id, problem_id)))
 
 
-def build_graph(ctx: Context) -> StateGraph:
-    width = int(ctx.config.get("width", 4))
-    max_debug = int(ctx.config.get("debug_rounds", 3))
+def _tick(ctx: Context, state: CampaignState) -> float:
+    now = time.monotonic()
+    spent = now - ctx.session_start
+    ctx.session_start = now
+    return float(state.get("elapsed_s", 0.0)) + spent
 
-    def tick(state: CampaignState) -> float:
-        now = time.monotonic()
-        spent = now - ctx.session_start
-        ctx.session_start = now
-        return float(state.get("elapsed_s", 0.0)) + spent
 
-    def pid_of(state: CampaignState) -> str:
-        return state["problem_ids"][state.get("index", 0)]
+def _usage_to_progress(ctx: Context) -> None:
+    """The panel's budget and LLM fields, from the store (a resumed campaign's spending included)."""
+    if ctx.progress is None:
+        return
+    calls = ctx.store.llm_calls(ctx.campaign_id)
+    # a replayed call counts what the original paid, as the dollar budget does
+    usd = sum(float(c.get("cost_usd") or (c.get("response") or {}).get("replayed_cost_usd") or 0.0) for c in calls)
+    tokens = sum(int(c.get("input_tokens") or 0) + int(c.get("output_tokens") or 0) for c in calls)
+    ctx.progress.update(llm_usd=usd, llm_tokens=tokens, budget_usd=ctx.config.get("usd_budget"))
 
-    # -- select --------------------------------------------------------------------------------
-    def select(state: CampaignState) -> dict:
-        elapsed = tick(state)
-        index = state.get("index", 0)
-        rnd = state.get("round", 0)
-        while index < len(state["problem_ids"]):
-            pid = state["problem_ids"][index]
-            probe = {**state, "index": index, "round": rnd, "elapsed_s": elapsed}
-            reason = ctx.stop_check(pid, probe)
-            if reason is None and state.get("empty_rounds", 0) >= 2 and index == state.get("index", 0):
-                reason = "no new candidate in 2 rounds: the planner and coder proposed nothing new"
-            if reason is None:
-                break
-            cause = _failure_cause(ctx, pid)
-            if cause:
-                reason = f"{reason}; {cause}"
-            ctx.event("stop", {"problem_id": pid, "problem": ctx.problems[pid].name, "reason": reason,
-                               "round": rnd, "elapsed_s": round(elapsed, 3)})
-            index, rnd = index + 1, 0
-            state = {**state, "empty_rounds": 0}
-            if ctx.progress:
-                ctx.progress.update(problems_done=index)
-        if index >= len(state["problem_ids"]):
-            return {"index": index, "round": rnd, "elapsed_s": elapsed, "done": True, "selected": [], "proposals": [],
-                    "empty_rounds": 0}
+
+# -- select ---------------------------------------------------------------------------------------
+def _next_problem(ctx: Context, state: CampaignState, elapsed: float, key: str | None) -> tuple[int, int]:
+    """The first problem from the current one on that has no reason to stop; a ``stop`` event for each
+    passed over. Returns (index, round)."""
+    index, rnd = state.get("index", 0), state.get("round", 0)
+    empty = state.get("empty_rounds", 0)
+    while index < len(state["problem_ids"]):
         pid = state["problem_ids"][index]
-        tree = ctx.make_tree(pid)
-        k = min(width, _remaining(ctx, pid))
-        nodes = ctx.select(tree, k) if len(ctx.store.candidates(ctx.campaign_id, pid)) else []
-        selected = [getattr(n, "id", n) for n in nodes] or [None]
-        ctx.event("select", {"problem_id": pid, "round": rnd, "selected": selected,
-                             "policy": ctx.config.get("policy")})
+        reason = ctx.stop_check(pid, {**state, "index": index, "round": rnd, "elapsed_s": elapsed})
+        if reason is None and empty >= 2 and index == state.get("index", 0):
+            reason = "no new candidate in 2 rounds: the planner and coder proposed nothing new"
+        if reason is None:
+            break
+        cause = _failure_cause(ctx, pid)
+        if cause:
+            reason = f"{reason}; {cause}"
+        ctx.event("stop", {"problem_id": pid, "problem": ctx.problems[pid].name, "reason": reason,
+                           "round": rnd, "elapsed_s": round(elapsed, 3)}, key and f"{key}/{pid}")
+        index, rnd, empty = index + 1, 0, 0
         if ctx.progress:
-            ctx.progress.update(problem=ctx.problems[pid].name, tree_size=len(tree) if hasattr(tree, "__len__") else 0)
-        return {"index": index, "round": rnd, "elapsed_s": elapsed, "done": False, "selected": selected,
-                "n_before": len(ctx.store.candidates(ctx.campaign_id, pid)),
-                "empty_rounds": state.get("empty_rounds", 0)}
+            ctx.progress.update(problems_done=index)
+    return index, rnd
 
-    # -- plan ----------------------------------------------------------------------------------
-    def plan(state: CampaignState) -> dict:
-        pid = pid_of(state)
-        problem = ctx.problems[pid]
-        selected = [s for s in state.get("selected", []) if s is not None]
-        rows = _tree_rows(ctx, pid, selected)
-        k = min(width, _remaining(ctx, pid))
+
+def select(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig) -> dict:
+    """Stop the problems that are done, then let the search policy pick the nodes to expand."""
+    ctx = _ctx(runtime)
+    elapsed = _tick(ctx, state)
+    key = event_key(config, "select")
+    _usage_to_progress(ctx)
+    index, rnd = _next_problem(ctx, state, elapsed, key)
+    if index >= len(state["problem_ids"]):
+        return {"index": index, "round": rnd, "elapsed_s": elapsed, "done": True, "selected": [], "proposals": [],
+                "empty_rounds": 0}
+    pid = state["problem_ids"][index]
+    moved = index != state.get("index", 0)
+    tree = ctx.make_tree(pid)
+    n = len(ctx.store.candidates(ctx.campaign_id, pid))
+    k = min(_width(ctx), _remaining(ctx, pid))
+    nodes = ctx.select(tree, k) if n else []
+    selected = [getattr(x, "id", x) for x in nodes] or [None]
+    ctx.event("select", {"problem_id": pid, "round": rnd, "selected": selected, "policy": ctx.config.get("policy")},
+              key)
+    if ctx.progress:
+        ctx.progress.update(problem=ctx.problems[pid].name, tree_size=len(tree) if hasattr(tree, "__len__") else 0)
+    return {"index": index, "round": rnd, "elapsed_s": elapsed, "done": False, "selected": selected, "n_before": n,
+            "empty_rounds": 0 if moved else state.get("empty_rounds", 0)}
+
+
+def after_select(state: CampaignState) -> str:
+    return END if state.get("done") else "plan"
+
+
+# -- plan -----------------------------------------------------------------------------------------
+def _with_variants(ctx: Context, problem: Problem, rows: list[dict], proposals: list[Proposal],
+                   k: int) -> list[Proposal]:
+    """Fill up to ``k`` with tuning-parameter variants of the selected nodes (when the planner ran
+    out of its own actions), leaving out any the planner proposed itself."""
+    if ctx.variants is None or len(proposals) >= k:
+        return proposals
+    have = {(p.parent_id, repr(p.action)) for p in proposals}
+    extra = [p for p in ctx.variants(problem, rows, k) if (p.parent_id, repr(p.action)) not in have]
+    return proposals + extra[: k - len(proposals)]
+
+
+def plan(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig) -> dict:
+    ctx = _ctx(runtime)
+    pid = _pid(state)
+    problem = ctx.problems[pid]
+    key = event_key(config, "plan")
+    rows = _tree_rows(ctx, pid, [s for s in state.get("selected", []) if s is not None])
+    k = min(_width(ctx), _remaining(ctx, pid))
+    if k <= 0:
+        return {"proposals": []}
+    try:
+        proposals = ctx.agents.plan(problem, rows, k, ctx.reference(problem))[:k]
+    except ctx.passthrough:
+        raise
+    except Exception as exc:
+        ctx.event("plan", {"problem_id": pid, "error": f"{type(exc).__name__}: {exc}"[:2000]}, key)
+        return {"proposals": []}
+    n_agent = len(proposals)
+    if rows:  # the seeds come from the planner alone
+        proposals = _with_variants(ctx, problem, rows, proposals, k)
+    out = [p.to_dict() for p in proposals]
+    ctx.event("plan", {"problem_id": pid, "round": state.get("round", 0), "proposals": out,
+                       "variants": len(out) - n_agent}, key)
+    return {"proposals": out}
+
+
+def fan_out(state: CampaignState) -> list[Send] | str:
+    props = state.get("proposals") or []
+    if not props:
+        return "evaluate"
+    return [Send("code", {"problem_id": _pid(state), "proposal": p}) for p in props]
+
+
+# -- code (one per proposal, in parallel) ---------------------------------------------------------
+def code(task: CodeTask, runtime: Runtime[Context], config: RunnableConfig) -> dict:
+    ctx = _ctx(runtime)
+    pid = task["problem_id"]
+    problem = ctx.problems[pid]
+    prop = Proposal(**task["proposal"])
+    # parallel tasks of one step: the proposal names the event
+    key = event_key(config, "code", prop.parent_id or "-", _proposal_hash(task["proposal"]))
+    parent = ctx.store.get_candidate(prop.parent_id) if prop.parent_id else None
+    try:
+        out = ctx.agents.code(problem, prop, parent)
+    except ctx.passthrough:
+        raise
+    except Exception as exc:  # a coder failure is recorded, never fatal to the campaign
+        ctx.event("code", {"problem_id": pid, "proposal": task["proposal"], "error": f"{type(exc).__name__}: {exc}"},
+                  key)
+        return {}
+    cid = ctx.store.add_candidate(
+        ctx.campaign_id, pid, out.source, parent_id=prop.parent_id, parents=prop.parents,
+        origin=out.origin, model=out.model, action=out.action or prop.idea, language=out.language,
+        space=_space_of(out), meta=out.meta)
+    ctx.event("code", {"problem_id": pid, "candidate_id": cid, "action": out.action, "idea": prop.idea}, key)
+    return {}
+
+
+def _proposal_hash(proposal: dict) -> str:
+    return content_hash(canonical_json(proposal))[:12]
+
+
+# -- evaluate -------------------------------------------------------------------------------------
+def _record(ctx: Context, problem: Problem, cand: dict, result: dict, key: str | None) -> None:
+    """One evaluation's outcome: the judged ``full`` row (with its modelled time when interpreted), or,
+    for an infrastructure failure, an ``infra`` event and another try at the next evaluate step."""
+    cid = cand["id"]
+    if is_infra(result):
+        # not the candidate's verdict: no `full` row (so no debugger either), tried again later
+        ctx.infra_failures[cid] = ctx.infra_failures.get(cid, 0) + 1
+        details = result.get("details") or {}
+        ctx.event("infra", {"candidate_id": cid, "error_class": result.get("error_class"),
+                            "error_text": (result.get("error_text") or "")[:2000],
+                            "attempt": ctx.infra_failures[cid]}, key and f"{key}/{cid}")
+        if details.get("breaker") or result.get("error_class") == "shutdown":
+            raise SandboxUnavailable(f"the sandbox cannot evaluate candidates: {result.get('error_text')}")
+        return
+    if ctx.model is not None and result.get("interpreted") and result.get("status") == "correct":
+        modelled = ctx.model(problem, cand, result)
+        if modelled:
+            result = {**result, "details": {**(result.get("details") or {}), "modelled": modelled}}
+    ctx.store.add_evaluation(cid, result, kind="full")
+    if ctx.progress:
+        ctx.progress.on_evaluation(result)
+        ctx.progress.update(in_flight=max(0, ctx.progress.stats.in_flight - 1), last=f"{cid[:10]} {result['status']}")
+
+
+def evaluate(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig) -> dict:
+    """Evaluate every candidate of the problem that has no judged (``full``) evaluation yet."""
+    ctx = _ctx(runtime)
+    problem = ctx.problems[_pid(state)]
+    cands = ctx.store.candidates(ctx.campaign_id, _pid(state))
+    todo = [c for c in cands if ctx.infra_failures.get(c["id"], 0) < MAX_INFRA
+            and not any(e["kind"] == "full" for e in ctx.store.evaluations(candidate_id=c["id"]))]
+    if not todo:
+        return {}
+    if ctx.progress:  # the tree as coded so far: the panel's budget left counts these
+        ctx.progress.update(in_flight=len(todo), tree_size=len(cands))
+    by_id = {c["id"]: c for c in todo}
+    key = event_key(config, "evaluate")
+    for cand_id, result in ctx.evaluate_many(problem, todo):
+        _record(ctx, problem, by_id[cand_id], result, key)
+    return {}
+
+
+def _debuggable(ctx: Context, pid: str) -> list[tuple[dict, dict]]:
+    tried = {e["payload"].get("candidate_id") for e in ctx.store.events(ctx.campaign_id, "debug")}
+    out = []
+    for c in ctx.store.candidates(ctx.campaign_id, pid):
+        if c["id"] in tried or (c.get("meta") or {}).get("debug_round", 0) >= _max_debug(ctx):
+            continue
+        full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == "full"]
+        if full and full[0]["status"] in FAILED:
+            out.append((c, full[0]))
+    return out
+
+
+def after_evaluate(state: CampaignState, runtime: Runtime[Context]) -> str:
+    ctx, pid = _ctx(runtime), _pid(state)
+    return "debug" if _max_debug(ctx) > 0 and _remaining(ctx, pid) > 0 and _debuggable(ctx, pid) else "tune"
+
+
+# -- debug ----------------------------------------------------------------------------------------
+def debug(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig) -> dict:
+    ctx = _ctx(runtime)
+    pid = _pid(state)
+    problem = ctx.problems[pid]
+    key = event_key(config, "debug")
+    for cand, ev in _debuggable(ctx, pid):
+        if _remaining(ctx, pid) <= 0:
+            break
+        ekey = key and f"{key}/{cand['id']}"
         try:
-            proposals = ctx.agents.plan(problem, rows, k, ctx.reference(problem))[:k] if k > 0 else []
-        except ctx.fatal:
+            fix = ctx.agents.debug(problem, cand, ev)
+        except ctx.passthrough:
             raise
         except Exception as exc:
-            ctx.event("plan", {"problem_id": pid, "error": f"{type(exc).__name__}: {exc}"[:2000]})
-            return {"proposals": []}
-        ctx.event("plan", {"problem_id": pid, "round": state.get("round", 0),
-                           "proposals": [p.to_dict() for p in proposals]})
-        return {"proposals": [p.to_dict() for p in proposals]}
+            ctx.event("debug", {"candidate_id": cand["id"], "error": f"{type(exc).__name__}: {exc}"}, ekey)
+            continue
+        payload = {"candidate_id": cand["id"], "status": ev["status"], "diagnosis": fix.diagnosis}
+        if fix.source:
+            meta = {**(fix.meta or {}), "debug_round": (cand.get("meta") or {}).get("debug_round", 0) + 1,
+                    "debug_of": cand["id"]}
+            payload["fixed_candidate_id"] = ctx.store.add_candidate(
+                ctx.campaign_id, pid, fix.source, parent_id=cand["id"], origin=cand["origin"],
+                model=cand["model"], action=fix.action or f"debug: {fix.diagnosis[:80]}",
+                language=cand["language"], space=_space_from_source(fix.source), meta=meta)
+        ctx.event("debug", payload, ekey)
+    return {}
 
-    def fan_out(state: CampaignState) -> list[Send] | str:
-        props = state.get("proposals") or []
-        if not props:
-            return "evaluate"
-        return [Send("code", {"problem_id": pid_of(state), "proposal": p}) for p in props]
 
-    # -- code (one per proposal, in parallel) --------------------------------------------------
-    def code(task: CodeTask) -> dict:
-        pid = task["problem_id"]
-        problem = ctx.problems[pid]
-        prop = Proposal(**task["proposal"])
-        parent = ctx.store.get_candidate(prop.parent_id) if prop.parent_id else None
+# -- tune, profile, analyze -----------------------------------------------------------------------
+def tune(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig) -> dict:
+    ctx = _ctx(runtime)
+    if ctx.tune is None:
+        return {}
+    pid = _pid(state)
+    problem = ctx.problems[pid]
+    done = {e["payload"].get("candidate_id") for e in ctx.store.events(ctx.campaign_id, "tune")}
+    for c in ctx.store.candidates(ctx.campaign_id, pid):
+        if c["id"] in done or not c.get("space"):
+            continue
+        full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == "full"]
+        if not full or full[0]["status"] != "correct":
+            continue
         try:
-            out = ctx.agents.code(problem, prop, parent)
-        except ctx.fatal:
+            summary = ctx.tune(problem, c) or {}
+        except ctx.passthrough:
             raise
-        except Exception as exc:  # a coder failure is recorded, never fatal to the campaign
-            ctx.event("code", {"problem_id": pid, "proposal": task["proposal"], "error": f"{type(exc).__name__}: {exc}"})
-            return {"coded": []}
-        cid = ctx.store.add_candidate(
-            ctx.campaign_id, pid, out.source, parent_id=prop.parent_id, parents=prop.parents,
-            origin=out.origin, model=out.model, action=out.action or prop.idea, language=out.language,
-            space=_space_of(out), meta=out.meta)
-        ctx.event("code", {"problem_id": pid, "candidate_id": cid, "action": out.action, "idea": prop.idea})
-        return {"coded": [cid]}
+        except Exception as exc:  # a space the tuner cannot read costs the tuning, not the campaign
+            summary = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        ctx.event("tune", {"candidate_id": c["id"], **summary}, event_key(config, "tune", c["id"]))
+    return {}
 
-    # -- evaluate ------------------------------------------------------------------------------
-    def evaluate(state: CampaignState) -> dict:
-        pid = pid_of(state)
-        problem = ctx.problems[pid]
-        cands = ctx.store.candidates(ctx.campaign_id, pid)
-        todo = [c for c in cands if ctx.infra_failures.get(c["id"], 0) < MAX_INFRA
-                and not any(e["kind"] == "full" for e in ctx.store.evaluations(candidate_id=c["id"]))]
-        if todo:
-            if ctx.progress:  # the tree as coded so far: the panel's budget left counts these
-                ctx.progress.update(in_flight=len(todo), tree_size=len(cands))
-            for cand_id, result in ctx.evaluate_many(problem, todo):
-                if is_infra(result):
-                    # not the candidate's verdict: no `full` row (so no debugger either), tried again later
-                    ctx.infra_failures[cand_id] = ctx.infra_failures.get(cand_id, 0) + 1
-                    details = result.get("details") or {}
-                    ctx.event("infra", {"candidate_id": cand_id, "error_class": result.get("error_class"),
-                                        "error_text": (result.get("error_text") or "")[:2000],
-                                        "attempt": ctx.infra_failures[cand_id]})
-                    if details.get("breaker") or result.get("error_class") == "shutdown":
-                        raise SandboxUnavailable(f"the sandbox cannot evaluate candidates: {result.get('error_text')}")
-                    continue
-                ctx.store.add_evaluation(cand_id, result, kind="full")
-                if ctx.progress:
-                    ctx.progress.on_evaluation(result)
-                    ctx.progress.update(in_flight=max(0, ctx.progress.stats.in_flight - 1),
-                                        last=f"{cand_id[:10]} {result['status']}")
+
+def _best_of(ctx: Context, pid: str) -> dict | None:
+    rows = ctx.store.reported_best(ctx.campaign_id, pid, ctx.config.get("objective", "speedup_eager"))
+    return rows[0] if rows else None
+
+
+def profile(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig) -> dict:
+    ctx = _ctx(runtime)
+    pid = _pid(state)
+    best = _best_of(ctx, pid)
+    if ctx.profile is None or best is None:
         return {}
-
-    def debuggable(pid: str) -> list[tuple[dict, dict]]:
-        tried = {e["payload"].get("candidate_id") for e in ctx.store.events(ctx.campaign_id, "debug")}
-        out = []
-        for c in ctx.store.candidates(ctx.campaign_id, pid):
-            if c["id"] in tried or (c.get("meta") or {}).get("debug_round", 0) >= max_debug:
-                continue
-            full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == "full"]
-            if full and full[0]["status"] in FAILED:
-                out.append((c, full[0]))
-        return out
-
-    def after_evaluate(state: CampaignState) -> str:
-        pid = pid_of(state)
-        return "debug" if max_debug > 0 and _remaining(ctx, pid) > 0 and debuggable(pid) else "tune"
-
-    # -- debug ---------------------------------------------------------------------------------
-    def debug(state: CampaignState) -> dict:
-        pid = pid_of(state)
-        problem = ctx.problems[pid]
-        for cand, ev in debuggable(pid):
-            if _remaining(ctx, pid) <= 0:
-                break
-            try:
-                fix = ctx.agents.debug(problem, cand, ev)
-            except ctx.fatal:
-                raise
-            except Exception as exc:
-                ctx.event("debug", {"candidate_id": cand["id"], "error": f"{type(exc).__name__}: {exc}"})
-                continue
-            payload = {"candidate_id": cand["id"], "status": ev["status"], "diagnosis": fix.diagnosis}
-            if fix.source:
-                meta = {**(fix.meta or {}), "debug_round": (cand.get("meta") or {}).get("debug_round", 0) + 1,
-                        "debug_of": cand["id"]}
-                new_id = ctx.store.add_candidate(
-                    ctx.campaign_id, pid, fix.source, parent_id=cand["id"], origin=cand["origin"],
-                    model=cand["model"], action=fix.action or f"debug: {fix.diagnosis[:80]}",
-                    language=cand["language"], space=_space_from_source(fix.source), meta=meta)
-                payload["fixed_candidate_id"] = new_id
-            ctx.event("debug", payload)
+    cand = ctx.store.get_candidate(best["candidate_id"])
+    if ctx.store.evaluations(candidate_id=cand["id"], kind="profile") or any(
+            e["payload"].get("candidate_id") == cand["id"] for e in ctx.store.events(ctx.campaign_id, "profile")):
         return {}
+    metrics, why_not = ctx.profile(ctx.problems[pid], cand, best)
+    if metrics:
+        ctx.store.add_evaluation(cand["id"], {"status": "correct", "config": best.get("config"),
+                                              "device": best.get("device")}, kind="profile", metrics=metrics)
+    ctx.event("profile", {"candidate_id": cand["id"], "metrics": len(metrics), "skipped": why_not},
+              event_key(config, "profile"))
+    return {}
 
-    # -- tune, profile, analyze ----------------------------------------------------------------
-    def tune(state: CampaignState) -> dict:
-        if ctx.tune is None:
-            return {}
-        pid = pid_of(state)
-        problem = ctx.problems[pid]
-        done = {e["payload"].get("candidate_id") for e in ctx.store.events(ctx.campaign_id, "tune")}
-        for c in ctx.store.candidates(ctx.campaign_id, pid):
-            if c["id"] in done or not c.get("space"):
-                continue
-            full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == "full"]
-            if not full or full[0]["status"] != "correct":
-                continue
-            try:
-                summary = ctx.tune(problem, c) or {}
-            except ctx.fatal:
-                raise
-            except Exception as exc:  # a space the tuner cannot read costs the tuning, not the campaign
-                summary = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
-            ctx.event("tune", {"candidate_id": c["id"], **summary})
-        return {}
 
-    def best_of(pid: str) -> dict | None:
-        rows = ctx.store.reported_best(ctx.campaign_id, pid, ctx.config.get("objective", "speedup_eager"))
-        return rows[0] if rows else None
-
-    def profile(state: CampaignState) -> dict:
-        pid = pid_of(state)
-        best = best_of(pid)
-        if ctx.profile is None or best is None:
-            return {}
+def analyze(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig) -> dict:
+    ctx = _ctx(runtime)
+    pid = _pid(state)
+    best = _best_of(ctx, pid)
+    key = event_key(config, "analyze")
+    if best is not None and not any(e["payload"].get("candidate_id") == best["candidate_id"]
+                                    for e in ctx.store.events(ctx.campaign_id, "analyze")):
         cand = ctx.store.get_candidate(best["candidate_id"])
-        if ctx.store.evaluations(candidate_id=cand["id"], kind="profile") or any(
-                e["payload"].get("candidate_id") == cand["id"] for e in ctx.store.events(ctx.campaign_id, "profile")):
-            return {}
-        metrics, why_not = ctx.profile(ctx.problems[pid], cand, best)
-        if metrics:
-            ctx.store.add_evaluation(cand["id"], {"status": "correct", "config": best.get("config"),
-                                                  "device": best.get("device")}, kind="profile", metrics=metrics)
-        ctx.event("profile", {"candidate_id": cand["id"], "metrics": len(metrics), "skipped": why_not})
-        return {}
+        prof = ctx.store.evaluations(candidate_id=cand["id"], kind="profile")
+        metrics = ctx.store.metrics(prof[-1]["id"]) if prof else []
+        try:
+            a = ctx.agents.analyze(ctx.problems[pid], cand, best, metrics)
+            ctx.event("analyze", {"candidate_id": cand["id"], **a.to_dict()}, key)
+        except ctx.passthrough:
+            raise
+        except Exception as exc:
+            ctx.event("analyze", {"candidate_id": cand["id"], "error": f"{type(exc).__name__}: {exc}"}, key)
+    grew = len(ctx.store.candidates(ctx.campaign_id, pid)) > state.get("n_before", 0)
+    return {"round": state.get("round", 0) + 1, "empty_rounds": 0 if grew else state.get("empty_rounds", 0) + 1}
 
-    def analyze(state: CampaignState) -> dict:
-        pid = pid_of(state)
-        best = best_of(pid)
-        if best is not None and not any(e["payload"].get("candidate_id") == best["candidate_id"]
-                                        for e in ctx.store.events(ctx.campaign_id, "analyze")):
-            cand = ctx.store.get_candidate(best["candidate_id"])
-            prof = ctx.store.evaluations(candidate_id=cand["id"], kind="profile")
-            metrics = ctx.store.metrics(prof[-1]["id"]) if prof else []
-            try:
-                a = ctx.agents.analyze(ctx.problems[pid], cand, best, metrics)
-                ctx.event("analyze", {"candidate_id": cand["id"], **a.to_dict()})
-            except ctx.fatal:
-                raise
-            except Exception as exc:
-                ctx.event("analyze", {"candidate_id": cand["id"], "error": f"{type(exc).__name__}: {exc}"})
-        grew = len(ctx.store.candidates(ctx.campaign_id, pid)) > state.get("n_before", 0)
-        return {"round": state.get("round", 0) + 1, "coded": [],
-                "empty_rounds": 0 if grew else state.get("empty_rounds", 0) + 1}
 
-    g = StateGraph(CampaignState)
-    # one more attempt for a flaky step (e.g. a network hiccup the SDK's own retries did not absorb),
-    # never for a spent budget or a replay miss
-    retry = RetryPolicy(max_attempts=2, retry_on=lambda exc: not isinstance(exc, ctx.fatal))
-    g.add_node("select", select)
-    g.add_node("plan", plan, retry_policy=retry)
-    g.add_node("code", code, retry_policy=retry)
-    g.add_node("evaluate", evaluate)
-    g.add_node("debug", debug, retry_policy=retry)
-    g.add_node("tune", tune)
-    g.add_node("profile", profile)
-    g.add_node("analyze", analyze, retry_policy=retry)
+def retry_policy(transient: tuple[type[BaseException], ...] = TRANSIENT) -> RetryPolicy:
+    """One more attempt (after a short pause) for an error in ``transient``; never for anything else."""
+    return RetryPolicy(max_attempts=3, initial_interval=0.2, jitter=False,
+                       retry_on=lambda exc: isinstance(exc, transient))
+
+
+def build_graph(transient: tuple[type[BaseException], ...] = TRANSIENT) -> StateGraph:
+    """The wiring only; the nodes read their ``Context`` from ``invoke(..., context=ctx)``."""
+    g = StateGraph(CampaignState, context_schema=Context)
+    retry = retry_policy(transient)
+    for name, fn in (("select", select), ("plan", plan), ("code", code), ("evaluate", evaluate),
+                     ("debug", debug), ("tune", tune), ("profile", profile), ("analyze", analyze)):
+        g.add_node(name, fn, retry_policy=retry)
     g.add_edge(START, "select")
-    g.add_conditional_edges("select", lambda s: END if s.get("done") else "plan", ["plan", END])
+    g.add_conditional_edges("select", after_select, ["plan", END])
     g.add_conditional_edges("plan", fan_out, ["code", "evaluate"])
     g.add_edge("code", "evaluate")
     g.add_conditional_edges("evaluate", after_evaluate, ["debug", "tune"])

@@ -21,12 +21,16 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernellab import env
 from kernellab.problem import Problem, load_problem
 from kernellab.small import small_overrides
 from kernellab.vocab import DEFAULT_OBJECTIVE, OBJECTIVES, Kind
+
+if TYPE_CHECKING:
+    from kernellab.agents.graph import Context
+    from kernellab.store import BaseStore
 
 __all__ = ["CampaignConfig", "TUNE_TRIALS_MIN", "TUNE_TRIALS_MAX", "check_campaign", "start_campaign", "run_campaign",
            "resume_campaign", "CampaignError", "CampaignBusy", "campaign_lock", "retime_winners", "run"]
@@ -197,8 +201,8 @@ def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: A
 def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: Any) -> dict:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from kernellab import sandbox, search
-    from kernellab.agents.graph import Context, build_graph
+    from kernellab import sandbox
+    from kernellab.agents.graph import build_graph
 
     cfg_dict = {k: v for k, v in camp["config"].items() if k in CampaignConfig.__dataclass_fields__}
     config = CampaignConfig(**cfg_dict)
@@ -207,78 +211,17 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     device = config.device or env.default_device()
     own_executor = executor is None
     executor = executor or sandbox.LocalExecutor()
-    policy = search.get_policy(config.policy, seed=config.seed)
-    budget = search.Budget.of_campaign(asdict(config))
-    tune_trials = config.tune_trials_on(device)
-
-    def evaluate_many(problem: Problem, cands: list[dict]) -> Iterator[tuple[str, dict]]:
-        # evaluate() blocks on its job; threads keep several jobs in flight in the executor's pool
-        pool = ThreadPoolExecutor(max_workers=max(1, min(len(cands), config.width)))
-        try:
-            futs = {pool.submit(sandbox.evaluate, problem, c["source"], small=config.small, device=device,
-                                trials=config.trials, store=store, executor=executor): c["id"] for c in cands}
-            for fut in as_completed(futs):
-                yield futs[fut], fut.result()
-        except BaseException:
-            # Ctrl-C: leave the threads waiting on jobs; the executor's shutdown kills their workers
-            # (waiting here held the interrupt for as long as the slowest evaluation took)
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
-
-    def stop_check(pid: str, state: dict) -> str | None:
-        tree = search.Tree(store, camp["id"], pid, objective=config.objective)
-        return search.stop_reason(tree, budget, store=store, campaign_id=camp["id"], elapsed_s=state.get("elapsed_s", 0.0),
-                                  rounds=state.get("round", 0), target=config.target,
-                                  plateau=config.plateau, plateau_gain=config.plateau_gain)
-
-    def tune(problem: Problem, cand: dict) -> dict | None:
-        # search.tune returns TuneResult.to_dict() already
-        return search.tune(problem, cand, store=store, executor=executor, n_trials=tune_trials,
-                           seed=config.seed, small=config.small, device=device)
-
-    def profile(problem: Problem, cand: dict, best: dict) -> tuple[list, str | None]:
-        if device != "cuda":
-            return [], "no CUDA device: Nsight Compute profiling skipped"
-        small = bool(config.small)
-        # the GPU to itself, as a timing has it: no other job's trials run under the profiler
-        exclusive = getattr(executor, "exclusive_gpu", None)
-        with exclusive(problem, small=small) if exclusive else contextlib.nullcontext() as gpu:
-            rows = sandbox.profile(problem, cand["source"], config=best.get("config") or None, small=small, gpu=gpu)
-        return list(rows), getattr(rows, "reason", None)
-
-    fatal: tuple = ()
-    if config.llm != "builtin":
-        from kernellab.agents.llm import BudgetExceeded, LLMUnavailable, ReplayMiss
-
-        fatal = (BudgetExceeded, LLMUnavailable, ReplayMiss)
-    ctx = Context(fatal=fatal, store=store, campaign_id=camp["id"], config=asdict(config), problems=problems, agents=agents,
-                  evaluate_many=evaluate_many, select=policy.select,
-                  make_tree=lambda pid: search.Tree(store, camp["id"], pid, objective=config.objective),
-                  stop_check=stop_check, tune=tune if tune_trials > 0 else None, profile=profile, progress=progress)
+    ctx = _context(store, camp, config, problems, agents, executor, device, progress)
     if progress is not None:
         progress.update(campaign=camp["name"], problems_total=len(problems), budget_candidates=config.budget,
-                        budget_wall_s=config.time_budget_s)
+                        budget_wall_s=config.time_budget_s, budget_usd=config.usd_budget)
     store.update_campaign(camp["id"], status="running")
     store.add_event(camp["id"], "session", {"started": True, "pid": os.getpid()})
     conn = sqlite3.connect(store.path, check_same_thread=False, timeout=60)
     interrupted = False
     try:
-        saver = SqliteSaver(conn)
-        graph = build_graph(ctx).compile(checkpointer=saver)
-        run_cfg = {"configurable": {"thread_id": camp["id"]}, "recursion_limit": 100_000}
-        snap = graph.get_state(run_cfg)
-        if progress is not None and hasattr(progress, "seed"):  # a resumed campaign's counts start from its past
-            progress.seed(store, camp["id"], elapsed_before=(snap.values or {}).get("elapsed_s", 0.0))
-        if snap.values.get("done") and not snap.next:
-            pass  # finished before: nothing to do
-        elif snap.values:
-            # killed mid-step: an empty ``next`` only says the step's finished tasks were saved as
-            # pending writes; invoking again applies them and goes on
-            graph.invoke(None, run_cfg)
-        else:
-            graph.invoke({"problem_ids": list(problems), "index": 0, "round": 0, "elapsed_s": 0.0,
-                          "coded": []}, run_cfg)
+        graph = build_graph(ctx.transient).compile(checkpointer=SqliteSaver(conn))
+        _invoke(graph, ctx, camp["id"], list(problems), progress)
         # after the graph, so that a resume of a campaign killed while re-timing re-times what is missing
         if progress is not None:
             progress.update(last="re-timing the winners in fresh jobs")
@@ -297,6 +240,121 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
             # ones in flight are run again by `resume`
             executor.shutdown(wait=not interrupted)
     return store.summary(camp["id"])
+
+
+def _invoke(graph: Any, ctx: Context, campaign_id: str, problem_ids: list[str], progress: Any) -> None:
+    """Start the graph, or go on from its last checkpoint."""
+    run_cfg = {"configurable": {"thread_id": campaign_id}, "recursion_limit": 100_000}
+    snap = graph.get_state(run_cfg)
+    if progress is not None and hasattr(progress, "seed"):  # a resumed campaign's counts start from its past
+        progress.seed(ctx.store, campaign_id, elapsed_before=(snap.values or {}).get("elapsed_s", 0.0))
+    if snap.values.get("done") and not snap.next:
+        return  # finished before: nothing to do
+    if snap.values:
+        # killed mid-step: an empty ``next`` only says the step's finished tasks were saved as
+        # pending writes; invoking again applies them and goes on
+        graph.invoke(None, run_cfg, context=ctx)
+    else:
+        graph.invoke({"problem_ids": problem_ids, "index": 0, "round": 0, "elapsed_s": 0.0}, run_cfg, context=ctx)
+
+
+def _context(store: BaseStore, camp: dict, config: CampaignConfig, problems: dict[str, Problem], agents: Any,
+             executor: Any, device: str, progress: Any) -> Context:
+    """The graph's ``Context``: the store, the agents, and the campaign's evaluate, select, stop,
+    tune, profile, reference and cost-model steps."""
+    from kernellab import search
+    from kernellab.agents.builtin import modelled
+    from kernellab.agents.graph import Context
+
+    policy = search.get_policy(config.policy, seed=config.seed)
+    budget = search.Budget.of_campaign(asdict(config))
+    fatal: tuple = ()
+    if config.llm != "builtin":
+        from kernellab.agents.llm import BudgetExceeded, LLMUnavailable, ReplayMiss
+
+        fatal = (BudgetExceeded, LLMUnavailable, ReplayMiss)
+
+    def stop_check(pid: str, state: dict) -> str | None:
+        tree = search.Tree(store, camp["id"], pid, objective=config.objective)
+        return search.stop_reason(tree, budget, store=store, campaign_id=camp["id"], elapsed_s=state.get("elapsed_s", 0.0),
+                                  rounds=state.get("round", 0), target=config.target,
+                                  plateau=config.plateau, plateau_gain=config.plateau_gain)
+
+    steps = _Steps(store, camp["id"], config, executor, device)
+    return Context(fatal=fatal, store=store, campaign_id=camp["id"], config=asdict(config), problems=problems,
+                   agents=agents, evaluate_many=steps.evaluate_many, select=policy.select,
+                   make_tree=lambda pid: search.Tree(store, camp["id"], pid, objective=config.objective),
+                   stop_check=stop_check, tune=steps.tune if steps.tune_trials > 0 else None, profile=steps.profile, reference=steps.reference,
+                   model=modelled.model_candidate if device != "cuda" else None,
+                   # an LLM planner picks its own expansions: a variant would cost a coder call each
+                   variants=modelled.config_variants if config.llm == "builtin" else None, progress=progress)
+
+
+class _Steps:
+    """The campaign's evaluate, tune, profile and reference steps (the graph calls them through its Context)."""
+
+    def __init__(self, store: BaseStore, campaign_id: str, config: CampaignConfig, executor: Any, device: str):
+        self.store, self.campaign_id, self.config, self.executor, self.device = store, campaign_id, config, executor, device
+        self._references: dict[str, dict] = {}
+        self.tune_trials = config.tune_trials_on(device)
+
+    def evaluate_many(self, problem: Problem, cands: list[dict]) -> Iterator[tuple[str, dict]]:
+        from kernellab import sandbox
+
+        config = self.config
+        # evaluate() blocks on its job; threads keep several jobs in flight in the executor's pool
+        pool = ThreadPoolExecutor(max_workers=max(1, min(len(cands), config.width)))
+        try:
+            futs = {pool.submit(sandbox.evaluate, problem, c["source"], small=config.small, device=self.device,
+                                trials=config.trials, store=self.store, executor=self.executor): c["id"]
+                    for c in cands}
+            for fut in as_completed(futs):
+                yield futs[fut], fut.result()
+        except BaseException:
+            # Ctrl-C: leave the threads waiting on jobs; the executor's shutdown kills their workers
+            # (waiting here held the interrupt for as long as the slowest evaluation took)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+    def tune(self, problem: Problem, cand: dict) -> dict | None:
+        from kernellab import search
+
+        config = self.config
+        if self.tune_trials <= 0:
+            return None
+        # search.tune returns TuneResult.to_dict() already
+        return search.tune(problem, cand, store=self.store, executor=self.executor, n_trials=self.tune_trials,
+                           seed=config.seed, small=config.small, device=self.device)
+
+    def profile(self, problem: Problem, cand: dict, best: dict) -> tuple[list, str | None]:
+        from kernellab import sandbox
+
+        if self.device != "cuda":
+            return [], "no CUDA device: Nsight Compute profiling skipped"
+        small = bool(self.config.small)
+        # the GPU to itself, as a timing has it: no other job's trials run under the profiler
+        exclusive = getattr(self.executor, "exclusive_gpu", None)
+        with exclusive(problem, small=small) if exclusive else contextlib.nullcontext() as gpu:
+            rows = sandbox.profile(problem, cand["source"], config=best.get("config") or None, small=small, gpu=gpu)
+        return list(rows), getattr(rows, "reason", None)
+
+    def reference(self, problem: Problem) -> dict:
+        """The reference's op profile for the planner: the one recorded for this problem (a ``reference``
+        event, so a resume plans alike), else the builtin cost model's of its captured graph (H200
+        shares, also on a CPU whose own op times would say nothing about the GPU)."""
+        if problem.id not in self._references:
+            known = [e["payload"] for e in self.store.events(self.campaign_id, "reference")
+                     if e["payload"].get("problem_id") == problem.id]
+            if known:
+                prof = known[-1].get("profile") or {}
+            else:
+                from kernellab.agents.builtin import modelled
+
+                prof = modelled.reference_profile(problem)
+                self.store.add_event(self.campaign_id, "reference", {"problem_id": problem.id, "profile": prof})
+            self._references[problem.id] = prof
+        return self._references[problem.id]
 
 
 def resume_campaign(store: Any, ref: str, progress: Any = None, executor: Any = None, agents: Any = None,

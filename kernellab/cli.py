@@ -196,13 +196,8 @@ def eval_(problem: str, candidate_file: str, config_json: str | None, small: boo
     sys.exit(EXIT_OK if result["status"] == "correct" else EXIT_FAILED)
 
 
-def _not_yet(what: str) -> None:
-    click.echo(f"kernellab: {what} is not available in this build yet", err=True)
-    sys.exit(EXIT_USAGE)
-
-
 # ------------------------------------------------------------------------------------------------
-# campaigns, reports, export, benchmark: implemented in later parts (each says so until it exists)
+# campaigns, reports, export, benchmark
 # ------------------------------------------------------------------------------------------------
 # every campaign option's default is CampaignConfig's, so the CLI, bench and kernellab.run agree
 _DEFAULT = CampaignConfig(problems=[])

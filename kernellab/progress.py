@@ -29,6 +29,7 @@ class Stats:
     failures: Counter = field(default_factory=Counter)
     budget_candidates: int | None = None  # per problem
     budget_wall_s: float | None = None  # for the whole campaign
+    budget_usd: float | None = None  # LLM dollars for the whole campaign
     elapsed_before: float = 0.0  # active seconds of earlier sessions (a resumed campaign)
     llm_tokens: int = 0
     llm_usd: float = 0.0
@@ -46,6 +47,8 @@ class Stats:
                          "for this problem")
         if self.budget_wall_s is not None:
             parts.append(f"{max(0.0, self.budget_wall_s - self.elapsed):.0f} s of {self.budget_wall_s:g} s")
+        if self.budget_usd is not None:
+            parts.append(f"${max(0.0, self.budget_usd - self.llm_usd):.2f} of ${self.budget_usd:.2f} for LLM calls")
         return ", ".join(parts) or "no budget set"
 
 

@@ -6,8 +6,9 @@ A node is a candidate; its parent is the candidate it was made from and ``action
 ``kernellab.vocab.best_key``.
 
 On a machine without a GPU timings are *interpreted* (Triton interpreter on CPU) and carry no speedup.
-The search still needs an order, so such a node gets a **surrogate score**, ``eager_ms / median_ms``
-measured in the same interpreted run, with ``surrogate=True``. Surrogate scores only steer the search
+The search still needs an order, so such a node gets a **surrogate score**, with ``surrogate=True``: the
+modelled eager / candidate time of the builtin cost model (``details.modelled``, recorded by the campaign
+for candidates the model can read), else ``eager_ms / median_ms`` measured in the same interpreted run. Surrogate scores only steer the search
 on CPU; they are never reported as speedups (the store's ``best``/``summary`` never read them).
 """
 
@@ -31,6 +32,11 @@ def score_of(evaluation: dict, objective: str) -> tuple[float | None, bool]:
     value = evaluation.get(objective)
     if value is not None and not evaluation.get("interpreted"):
         return float(value), False
+    # interpreted: the builtin cost model's H200 estimate where the campaign recorded one (the
+    # interpreter's own times rank by how Python runs a kernel, not how a GPU does)
+    modelled = (evaluation.get("details") or {}).get("modelled") or {}
+    if modelled.get("ms") and modelled.get("eager_ms"):
+        return float(modelled["eager_ms"]) / float(modelled["ms"]), True
     eager, ms = evaluation.get("eager_ms"), evaluation.get("median_ms")
     if eager and ms:
         return float(eager) / float(ms), True  # never reported: steers the search only

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from .ir import Graph
 from .partition import Group
 
-__all__ = ["GroupCost", "group_costs", "CEILING_BW", "peak_flops", "ITEMSIZE"]
+__all__ = ["GroupCost", "group_costs", "CEILING_BW", "peak_flops", "ITEMSIZE", "Modelled", "modelled_ms",
+           "model_built", "eager_profile", "LAUNCH_S"]
 
 CEILING_BW = 4.22e12  # bytes/s, read+write
 _PEAK = {"float32": 51e12, "tf32": 355e12, "float16": 700e12, "bfloat16": 700e12}
@@ -77,3 +78,171 @@ def group_costs(graph: Graph, groups: list[Group], tf32: bool = False) -> list[G
         secs = max(nbytes / CEILING_BW, flops / peak)
         out.append(GroupCost(grp.id, grp.kind, nbytes, flops, secs, dims))
     return out
+
+
+# -- a modelled H200 time (for ranking where nothing is timed on a GPU) -----------------------------
+# The roofline above is a lower bound that ignores the configuration; the search on a CPU (Triton
+# interpreter: correctness is real, times are not) needs an order in which a tile size, a warp count
+# or a split changes the answer. ``modelled_ms`` adds to the roofline what a configuration costs on
+# the H200: a launch per kernel, filling the 132 SMs (wave quantization), bytes in flight (Little's
+# law), vector width per thread, GEMM operand re-reads across tiles, pipeline depth. It only ranks
+# candidates on the CPU: it is never printed as a speedup.
+LAUNCH_S = 4e-6  # one kernel launch as the host sees it (PyTorch eager pays about as much per op)
+SMS = 132
+_IN_FLIGHT = 2.5e6  # bytes in flight to reach the copy ceiling: 4.22 TB/s x ~600 ns DRAM latency
+_WARPS_PER_SM = 64
+_STAGES = {1: 0.6, 2: 0.8, 3: 0.92, 4: 0.95, 5: 0.95}
+
+
+@dataclass(frozen=True)
+class Modelled:
+    ms: float  # the candidate's modelled time
+    eager_ms: float  # the reference's, one PyTorch op (one launch) per captured op
+    groups: dict  # group id -> modelled ms
+
+    @property
+    def ratio(self) -> float:
+        """Modelled eager / modelled candidate: a search score on the CPU, never a reported speedup."""
+        return self.eager_ms / self.ms if self.ms > 0 else 0.0
+
+
+def _fill(programs: int, per_sm: int) -> float:
+    """The share of SM slots busy over the waves a grid of ``programs`` takes."""
+    slots = SMS * max(1, per_sm)
+    waves = max(1, math.ceil(programs / slots))
+    return max(programs, 1) / (waves * slots) if programs < slots * 4 else 1.0
+
+
+def _memory_eff(programs: int, per_program_bytes: float, warps: int) -> float:
+    per_sm = max(1, _WARPS_PER_SM // max(1, warps))
+    resident = min(programs, SMS * per_sm)
+    in_flight = min(1.0, resident * per_program_bytes / _IN_FLIGHT)
+    return max(0.05, in_flight * _fill(programs, per_sm))
+
+
+def _vector_eff(elems_per_thread: float) -> float:
+    if elems_per_thread < 1:
+        return 0.5  # idle lanes
+    if elems_per_thread < 4:
+        return 0.7 + 0.1 * elems_per_thread  # narrower than 16-byte loads
+    return 1.0 if elems_per_thread <= 16 else max(0.7, 1.0 - 0.05 * math.log2(elems_per_thread / 16))
+
+
+def _pointwise_s(c: GroupCost, grp: Group, cfg: dict, itemsize: int) -> float:
+    n = math.prod(grp.domain or (1,))
+    block, warps = int(cfg.get("BLOCK", 1024)), int(cfg.get("num_warps", 4)) or 4
+    programs = math.ceil(n / block)
+    eff = _memory_eff(programs, block * itemsize * 2, warps) * _vector_eff(block / (32 * warps))
+    return LAUNCH_S + c.bytes / (CEILING_BW * eff)
+
+
+def _rows_s(c: GroupCost, grp: Group, cfg: dict, itemsize: int) -> float:
+    r = max(1, int(c.dims.get("R", 1)))
+    rows = max(1, int(c.dims.get("rows", 1)))
+    block_r = 1 << (r - 1).bit_length()
+    mode = str(cfg.get("mode", "auto"))
+    one = mode == "one_pass" or (mode == "auto" and block_r <= int(cfg.get("MAX_R", 8192)))
+    if not one:
+        block_r = min(block_r, int(cfg.get("BLOCK_R", 2048)))
+    block_rows = max(1, min(int(cfg.get("TILE", 4096)) // block_r, 1 << (rows - 1).bit_length(), 1 << 30 if one else 16))
+    warps = int(cfg.get("num_warps", 0)) or max(1, min(16, block_rows * block_r // 256))
+    programs = math.ceil(rows / block_rows)
+    per_thread = block_rows * block_r / (32 * warps)
+    eff = _memory_eff(programs, block_rows * block_r * itemsize, warps) * _vector_eff(per_thread)
+    if one and per_thread > 64:  # the tile does not fit the registers: spills to local memory
+        eff *= 64 / per_thread
+    passes = 1.0 if one else 1.6  # the second read mostly from L2
+    return LAUNCH_S + c.bytes * passes / (CEILING_BW * eff)
+
+
+def _gemm_s(c: GroupCost, cfg: dict, peak: float, itemsize: int) -> float:
+    m, n, k, b = (int(c.dims.get(x, 1)) for x in ("M", "N", "K", "B"))
+    bm, bn, bk = int(cfg.get("BLOCK_M", 128)), int(cfg.get("BLOCK_N", 128)), int(cfg.get("BLOCK_K", 32))
+    split = max(1, int(cfg.get("SPLIT_K", 1) or 1))
+    tiles = math.ceil(m / bm) * math.ceil(n / bn) * b * split
+    fill = 1.0 if "NUM_PROGS" in cfg and tiles > SMS else _fill(tiles, 1)
+    tile_eff = min(1.0, (bm * bn / (128 * 128)) ** 0.3) * (0.85 if bk < 32 else 1.0)
+    if bm * bn * 4 / (32 * int(cfg.get("num_warps", 8) or 8)) > 256:  # accumulator beyond the registers
+        tile_eff *= 0.6
+    eff = tile_eff * _STAGES.get(int(cfg.get("num_stages", 3)), 0.9) * (0.97 if "NUM_PROGS" in cfg else 1.0)
+    compute = c.flops / (peak * eff * fill)
+    reuse = 4.0 if int(cfg.get("GROUP_M", 1)) > 1 else 1.5  # L2 hits when neighbouring tiles share operands
+    reads = (m * k * math.ceil(n / bn) + k * n * math.ceil(m / bm)) * b * itemsize / reuse
+    traffic = max(c.bytes, reads + c.bytes / 2) + (2 * m * n * b * 4 * split if split > 1 else 0)
+    return LAUNCH_S * (2 if split > 1 else 1) + max(compute, traffic / CEILING_BW)
+
+
+def _op_s(graph: Graph, name: str, tf32: bool) -> float:
+    """One captured op run alone, as PyTorch eager runs it: a launch and its own round trip to memory."""
+    n = graph.node(name)
+    if n.kind in ("input", "param", "view", "getitem") or n.shape is None:
+        return 0.0
+    nbytes = _nbytes(graph, name) + sum(_nbytes(graph, r) for r in n.refs() if graph.node(r).shape is not None)
+    flops = 0.0
+    if n.kind == "gemm":
+        a, b = graph.node(n.args[0].name), graph.node(n.args[1].name)
+        nn = b.shape[-2] if n.op == "linear" else b.shape[-1]
+        flops = 2.0 * math.prod(a.shape[:-1]) * nn * a.shape[-1]
+        return LAUNCH_S + max(nbytes / CEILING_BW, flops / (0.8 * peak_flops(a.dtype or "float32", tf32)))
+    return LAUNCH_S + nbytes / CEILING_BW
+
+
+def eager_profile(graph: Graph, tf32: bool = False) -> dict:
+    """The reference as the cost model sees it: one PyTorch op per captured op, in the format of
+    ``Agents.plan``'s ``reference`` (``{"ops": [{"name", "ms", "share"}], "eager_ms"}``) plus
+    ``modelled: True``. Ops are named ``aten::<op>``, by the high-level op they came from when lowered
+    (``softmax``), so that ``plan`` can map them onto fusion groups."""
+    times: dict[str, float] = {}
+    for n in graph.nodes:
+        s = _op_s(graph, n.name, tf32)
+        if s > 0:
+            key = f"aten::{(n.origin.split(':')[0] or n.op).split('.')[0]}"
+            times[key] = times.get(key, 0.0) + s
+    total = sum(times.values()) or 1.0
+    ops = [{"name": k, "ms": round(v * 1e3, 6), "share": round(v / total, 4)}
+           for k, v in sorted(times.items(), key=lambda kv: -kv[1])]
+    return {"ops": ops, "eager_ms": round(total * 1e3, 6), "modelled": True, "device": "H200 (modelled)"}
+
+
+def model_built(b, settings: dict, config: dict | None = None) -> Modelled:
+    """``modelled_ms`` of an already built candidate (``build.Built``): ``config`` is its nested
+    ``CONFIG`` (group id -> values), e.g. the candidate's own overlaid with a tuning trial's."""
+    from .codegen import allow_tf32, default_precision
+
+    tf32 = allow_tf32(settings["dtype"], settings["atol"], settings["rtol"])
+    itemsize = ITEMSIZE.get(settings["dtype"], 4)
+    per: dict[str, float] = {}
+    for c in group_costs(b.graph, b.groups, tf32=tf32):
+        grp = next(g for g in b.groups if g.id == c.group)
+        variant = b.state.variant(grp.id)
+        cfg = {**(variant.get("config") or {}), **((config or {}).get(grp.id) or {})}
+        if grp.kind == "pointwise":
+            secs = _pointwise_s(c, grp, cfg, itemsize)
+        elif grp.kind == "rows":
+            secs = _rows_s(c, grp, {"mode": variant.get("mode", "auto"), **cfg}, itemsize)
+        elif grp.kind == "gemm":
+            prec = variant.get("fp32_precision") or default_precision(b.graph, grp, settings)
+            peak = {"tf32": peak_flops("float32", True), "tf32x3": peak_flops("float32", True) / 3}.get(
+                prec or "", peak_flops(settings["dtype"]))
+            secs = _gemm_s(c, cfg, peak, itemsize)
+        elif grp.kind == "torch":
+            secs = sum(_op_s(b.graph, n, tf32) for n in grp.nodes)
+        else:
+            secs = LAUNCH_S + c.seconds
+        per[grp.id] = secs * 1e3
+    eager = eager_profile(b.graph, tf32)["eager_ms"]
+    return Modelled(ms=sum(per.values()), eager_ms=eager, groups=per)
+
+
+def modelled_ms(problem, actions=None, config: dict | None = None) -> Modelled:
+    """The modelled H200 time of the builtin candidate that replays ``actions`` under ``config`` (its
+    nested ``CONFIG``; None: the generated file's own), and of the eager reference."""
+    import ast
+
+    from .build import build, built
+
+    if config is None:
+        tree = ast.parse(build(problem, actions).source)
+        config = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                       and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in n.targets)), {})
+    return model_built(built(problem, actions), problem.settings(), config)

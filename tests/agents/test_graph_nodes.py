@@ -1,0 +1,311 @@
+"""The campaign graph's nodes one at a time, over the real store and the real CPU executor (Triton
+interpreter), then the compiled graph: retries that fire, events written once across a resume."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from kernellab.agents.builtin import BuiltinAgents, build
+from kernellab.agents.graph import Context, build_graph
+from kernellab.agents.graph import analyze as analyze_node
+from kernellab.agents.graph import code as code_node
+from kernellab.agents.graph import debug as debug_node
+from kernellab.agents.graph import evaluate as evaluate_node
+from kernellab.agents.graph import plan as plan_node
+from kernellab.agents.graph import profile as profile_node
+from kernellab.agents.graph import select as select_node
+from kernellab.agents.graph import tune as tune_node
+from kernellab.search import Tree
+from kernellab.store import Store
+from langgraph.runtime import Runtime
+
+from kernellab import campaign
+from kernellab.campaign import CampaignConfig, resume_campaign, run_campaign, start_campaign
+from kernellab.problem import load_problem
+from kernellab.progress import Progress
+
+ROOT = Path(__file__).resolve().parents[2]
+AFFINE = Path(__file__).resolve().parent / "affine_problem.py"
+CONV_NORM = ROOT / "experiments" / "problems" / "fusions" / "conv_gelu_groupnorm.py"
+
+
+@pytest.fixture(scope="module")
+def executor():
+    from kernellab.sandbox import LocalExecutor
+
+    ex = LocalExecutor(cpu_workers=1)
+    yield ex
+    ex.shutdown()
+
+
+def new_campaign(store: Store, problem: Path = AFFINE, **kw) -> str:
+    cfg = CampaignConfig(problems=[str(problem)], **{"budget": 4, "width": 2, "trials": 1, **kw})
+    return start_campaign(store, cfg, name="nodes")
+
+
+def context(store: Store, cid: str, executor, agents=None, progress=None) -> Context:
+    """The campaign's own wiring (``campaign._context``), as ``run_campaign`` builds it."""
+    camp = store.get_campaign(cid)
+    cfg = CampaignConfig(**{k: v for k, v in camp["config"].items() if k in CampaignConfig.__dataclass_fields__})
+    return campaign._context(store, camp, cfg, campaign._problems_of(store, camp), agents or BuiltinAgents(),
+                             executor, "cpu", progress)
+
+
+def step(n: int) -> dict:
+    """The RunnableConfig LangGraph gives a node at step ``n``."""
+    return {"metadata": {"langgraph_step": n}}
+
+
+def start_state(ctx: Context) -> dict:
+    return {"problem_ids": list(ctx.problems), "index": 0, "round": 0, "elapsed_s": 0.0}
+
+
+def seeded(ctx: Context) -> tuple[dict, str]:
+    """select -> plan -> code -> evaluate, each called alone: the state after them and the seed's id."""
+    rt = Runtime(context=ctx)
+    state = {**start_state(ctx), **select_node(start_state(ctx), rt, step(1))}
+    state.update(plan_node(state, rt, step(2)))
+    for p in state["proposals"]:
+        code_node({"problem_id": list(ctx.problems)[0], "proposal": p}, rt, step(3))
+    evaluate_node(state, rt, step(4))
+    (seed,) = ctx.store.candidates(ctx.campaign_id)
+    return state, seed["id"]
+
+
+def keys(store: Store, cid: str, kind: str | None = None) -> list[str]:
+    return [e["payload"].get("event_key") for e in store.events(cid, kind)]
+
+
+def test_select_plan_code_alone_write_each_event_once():
+    store = Store(":memory:")
+    cid = new_campaign(store)
+    ctx = context(store, cid, executor=None)  # nothing is evaluated here
+    rt = Runtime(context=ctx)
+    out = select_node(start_state(ctx), rt, step(1))
+    assert out["selected"] == [None] and not out["done"]  # an empty tree: start from the problem
+    select_node(start_state(ctx), rt, step(1))  # the same step again, as after a resume
+    assert keys(store, cid, "select") == ["select@1"]
+
+    state = {**start_state(ctx), **out}
+    props = plan_node(state, rt, step(2))["proposals"]
+    assert props and all(p["parent_id"] is None for p in props)
+    task = {"problem_id": state["problem_ids"][0], "proposal": props[0]}
+    assert code_node(task, rt, step(3)) == {}  # no `coded` list in the state any more
+    code_node(task, rt, step(3))
+    assert len(store.candidates(cid)) == 1
+    assert len(keys(store, cid, "code")) == 1 and keys(store, cid, "plan") == ["plan@2"]
+
+
+def test_evaluate_alone_records_a_modelled_interpreted_evaluation(executor):
+    store = Store(":memory:")
+    cid = new_campaign(store)
+    ctx = context(store, cid, executor)
+    _, seed = seeded(ctx)
+    (full,) = store.evaluations(candidate_id=seed, kind="full")
+    assert full["status"] == "correct" and full["interpreted"]
+    assert full["speedup_eager"] is None and full["speedup_compile"] is None  # never a speedup on the CPU
+    modelled = full["details"]["modelled"]
+    assert modelled["ms"] > 0 and modelled["eager_ms"] > 0 and modelled["model"]
+    # the policy's score is the model's ratio, not the interpreter's eager/candidate ratio
+    node = Tree(store, cid, state_pid(ctx))[seed]
+    assert node.surrogate and node.score == pytest.approx(modelled["eager_ms"] / modelled["ms"])
+    assert node.score != pytest.approx(full["eager_ms"] / full["median_ms"])
+    assert store.reported_best(cid)[0]["speedup_eager"] is None
+
+
+def test_plan_fills_up_with_tuning_variants_when_the_planner_runs_out(executor):
+    store = Store(":memory:")
+    cid = new_campaign(store, width=3)
+    ctx = context(store, cid, executor)
+    state, seed = seeded(ctx)
+    rt = Runtime(context=ctx)
+    state.update(select_node(state, rt, step(5)))
+    assert state["selected"][0] == seed
+    own = BuiltinAgents().plan(ctx.problems[state["problem_ids"][0]],
+                               campaign_rows(ctx, state), 3, {})
+    assert len(own) < 3  # the affine problem gives the planner one action: the search would stall
+    props = plan_node(state, rt, step(6))["proposals"]
+    assert len(props) == 3
+    variants = [p for p in props if (p["action"] or {}).get("why") == "tuning variant"]
+    assert len(variants) == 3 - len(own) and all(p["parent_id"] == seed for p in variants)
+    space = store.get_candidate(seed)["space"]
+    for p in variants:
+        ((name, value),) = p["action"]["values"]
+        assert value in space[p["action"]["group"]][name]
+    assert store.events(cid, "plan")[-1]["payload"]["variants"] == len(variants)
+
+
+def campaign_rows(ctx: Context, state: dict) -> list[dict]:
+    from kernellab.agents.graph import _tree_rows
+
+    return _tree_rows(ctx, state["problem_ids"][0], state["selected"])
+
+
+def test_debug_alone_repairs_a_failing_builtin_candidate(executor):
+    store = Store(":memory:")
+    cid = new_campaign(store)
+    ctx = context(store, cid, executor)
+    problem = list(ctx.problems.values())[0]
+    seed = build(problem)
+    broken = seed.source.replace("class ModelNew(Model):", "class ModelNew(Model):\n    def __init__(self):\n"
+                                 "        raise RuntimeError('boom in g_mul')\n", 1)
+    bad = store.add_candidate(cid, state_pid(ctx), broken, origin="builtin", action="broken seed", meta=seed.meta)
+    rt = Runtime(context=ctx)
+    state = {**start_state(ctx), "selected": [None]}
+    evaluate_node(state, rt, step(4))
+    assert store.evaluations(candidate_id=bad, kind="full")[0]["status"] != "correct"
+    debug_node(state, rt, step(5))
+    debug_node(state, rt, step(5))  # re-run after a resume: the candidate was tried, nothing new
+    (ev,) = store.events(cid, "debug")
+    assert ev["payload"]["candidate_id"] == bad and ev["payload"]["event_key"] == f"debug@5/{bad}"
+    fixed = ev["payload"].get("fixed_candidate_id")
+    assert fixed and store.get_candidate(fixed)["parent_id"] == bad
+
+
+def state_pid(ctx: Context) -> str:
+    return list(ctx.problems)[0]
+
+
+def test_tune_profile_analyze_alone(executor):
+    store = Store(":memory:")
+    cid = new_campaign(store)
+    ctx = context(store, cid, executor)
+    state, seed = seeded(ctx)
+    rt = Runtime(context=ctx)
+    assert tune_node(state, rt, step(5)) == {}  # tune_trials=0: no study, but the decision is recorded
+    assert [e["payload"]["candidate_id"] for e in store.events(cid, "tune")] == [seed]
+    profile_node(state, rt, step(6))
+    (prof,) = store.events(cid, "profile")
+    assert "no CUDA device" in prof["payload"]["skipped"]
+    out = analyze_node({**state, "n_before": 0}, rt, step(7))
+    assert out == {"round": 1, "empty_rounds": 0}
+    (an,) = store.events(cid, "analyze")
+    assert an["payload"]["candidate_id"] == seed and an["payload"]["bound"] == "unknown"
+
+
+def _correct_seed(store: Store, cid: str, problem) -> str:
+    """The builtin seed with a recorded correct (interpreted) evaluation: a tree to plan from."""
+    code = build(problem)
+    cand = store.add_candidate(cid, problem.id, code.source, origin="builtin", action=code.action, meta=code.meta)
+    store.add_evaluation(cand, {"status": "correct", "interpreted": True, "median_ms": 1.0, "eager_ms": 1.0})
+    return cand
+
+
+def test_the_reference_profile_reorders_the_plan():
+    """The planner's Amdahl ranking runs on the reference the Context gives: naming the GELU the
+    dominant op puts the pointwise group's action first; without a profile the rows group leads."""
+    store = Store(":memory:")
+    cid = new_campaign(store, problem=CONV_NORM, width=3)
+    ctx = context(store, cid, executor=None)
+    problem = list(ctx.problems.values())[0]
+    seed = _correct_seed(store, cid, problem)
+    rt = Runtime(context=ctx)
+    state = {**start_state(ctx), "selected": [seed]}
+    gelu_heavy = {"ops": [{"name": "aten::gelu", "ms": 0.9, "share": 0.9},
+                          {"name": "aten::group_norm", "ms": 0.1, "share": 0.1}]}
+    orders = []
+    for n, ref in enumerate(({}, gelu_heavy)):
+        ctx.reference = lambda p, ref=ref: ref
+        orders.append([p["idea"] for p in plan_node(state, rt, step(10 + n))["proposals"]])
+    assert orders[0] != orders[1], orders
+    assert "g_group_norm" in orders[0][0] and "g_convolution" in orders[1][0]
+
+
+def test_the_campaign_reference_is_the_modelled_profile_recorded_once():
+    store = Store(":memory:")
+    cid = new_campaign(store, problem=CONV_NORM)
+    ctx = context(store, cid, executor=None)
+    problem = load_problem(CONV_NORM)
+    ref = ctx.reference(problem)
+    assert ref["modelled"] and abs(sum(o["share"] for o in ref["ops"]) - 1) < 1e-3
+    assert {"aten::gelu", "aten::group_norm"} <= {o["name"] for o in ref["ops"]}
+    assert context(store, cid, executor=None).reference(problem) == ref  # a resume plans from the same one
+    assert len(store.events(cid, "reference")) == 1
+
+
+def test_the_panel_gets_the_campaign_llm_spending_and_dollar_budget():
+    store = Store(":memory:")
+    cid = new_campaign(store, usd_budget=1.0)
+    prog = Progress(enabled=False)
+    ctx = context(store, cid, executor=None, progress=prog)
+    assert prog.stats.llm_usd == 0.0 and prog.stats.budget_usd is None
+    store.add_llm_call({"campaign_id": cid, "role": "planner", "model": "m", "input_tokens": 100,
+                        "output_tokens": 50, "cost_usd": 0.25})
+    select_node(start_state(ctx), Runtime(context=ctx), step(1))
+    assert prog.stats.llm_usd == pytest.approx(0.25) and prog.stats.llm_tokens == 150
+    assert prog.stats.budget_usd == 1.0 and "$0.75 of $1.00" in prog.stats.budget_left()
+
+
+# -- the compiled graph -----------------------------------------------------------------------------
+class FlakyPlanner(BuiltinAgents):
+    """The builtin agents, whose first ``plan`` call fails with ``error``."""
+
+    def __init__(self, error: Exception):
+        self.error, self.calls = error, 0
+
+    def plan(self, *args, **kw):
+        self.calls += 1
+        if self.calls == 1:
+            raise self.error
+        return super().plan(*args, **kw)
+
+
+def run_graph(ctx: Context) -> None:
+    graph = build_graph(ctx.transient).compile()
+    graph.invoke(start_state(ctx), {"recursion_limit": 1000}, context=ctx)
+
+
+def test_a_transient_error_is_retried_by_the_policy(executor):
+    store = Store(":memory:")
+    cid = new_campaign(store, budget=1)
+    agents = FlakyPlanner(sqlite3.OperationalError("database is locked"))
+    ctx = context(store, cid, executor, agents=agents)
+    run_graph(ctx)
+    assert agents.calls == 2  # the same step, attempted again
+    plans = store.events(cid, "plan")
+    assert len(plans) == 1 and "error" not in plans[0]["payload"]
+    assert len(store.candidates(cid)) == 1
+
+
+def test_any_other_agent_error_is_an_event_and_never_retried(executor):
+    store = Store(":memory:")
+    cid = new_campaign(store, budget=1)
+    agents = FlakyPlanner(ValueError("no idea"))
+    ctx = context(store, cid, executor, agents=agents)
+    run_graph(ctx)
+    plans = [e["payload"] for e in store.events(cid, "plan")]
+    assert "ValueError: no idea" in plans[0]["error"]
+    assert agents.calls == len(plans)  # one call per plan step: no retry of a real failure
+    assert len(store.candidates(cid)) == 1  # the next round planned the seed
+
+
+class StopOnce(Progress):
+    """A silent panel that raises KeyboardInterrupt (Ctrl-C) once, in ``select`` of the second round:
+    after that node wrote its ``select`` event, before it finished."""
+
+    stopped = False
+
+    def update(self, **kw):
+        super().update(**kw)
+        if "problem" in kw and self.stats.tree_size >= 1 and not StopOnce.stopped:
+            StopOnce.stopped = True
+            raise KeyboardInterrupt
+
+
+@pytest.mark.slow
+def test_an_interrupted_then_resumed_campaign_writes_each_event_once(tmp_path):
+    store = Store(tmp_path / "k.db")
+    cid = new_campaign(store, budget=3)
+    with pytest.raises(KeyboardInterrupt):
+        run_campaign(store, cid, progress=StopOnce(enabled=False))
+    assert StopOnce.stopped and store.get_campaign(cid)["status"] == "stopped"
+    interrupted = keys(store, cid, "select")
+    resume_campaign(store, cid, progress=Progress(enabled=False))
+    assert store.get_campaign(cid)["status"] == "done"
+    ks = [k for k in keys(store, cid) if k is not None]
+    assert len(ks) == len(set(ks)), sorted(ks)
+    # the select interrupted after writing its event ran again on resume (same step): nothing new
+    assert keys(store, cid, "select") == interrupted and len(interrupted) == 2
+    assert len(store.candidates(cid)) == 3 and store.events(cid, "stop")  # and the campaign went on
