@@ -22,15 +22,15 @@ from typing import Any, TypedDict
 
 from kernellab.agents.roles import Agents, Proposal
 from kernellab.sandbox import SandboxUnavailable, is_infra
-from kernellab.store import BaseStore, canonical_json, is_winner_retime
+from kernellab.store import BaseStore, canonical_json
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import RetryPolicy, Send
 
 from kernellab.problem import Problem, content_hash
+from kernellab.vocab import DEFAULT_OBJECTIVE, FAILED, Kind, best_key, is_judged, space_from_source
 
-FAILED = ("compile_error", "runtime_error", "timeout", "crash", "incorrect", "rejected")
 # Infrastructure failures (the sandbox's own machinery, see kernellab.sandbox.is_infra) are never a
 # candidate's judged evaluation: they are an ``infra`` event and the candidate is evaluated again at
 # the next evaluate step, at most this many times per session (a resumed campaign tries again).
@@ -137,14 +137,14 @@ def _max_debug(ctx: Context) -> int:
 def _tree_rows(ctx: Context, problem_id: str, selected: list[str | None] | None = None) -> list[dict]:
     """Candidate rows with ``best`` (best judged evaluation), ``analysis`` and ``selected`` keys."""
     store = ctx.store
-    objective = ctx.config.get("objective", "speedup_eager")
+    objective = ctx.config.get("objective", DEFAULT_OBJECTIVE)
     analyses = {}
     for ev in store.events(ctx.campaign_id, "analyze"):
         analyses[ev["payload"].get("candidate_id")] = ev["payload"]
     by_candidate: dict[str, list[dict]] = {}
     # one query for the campaign, not one per candidate: plan reads the tree at every step
     for e in store.evaluations(campaign_id=ctx.campaign_id):
-        if e["kind"] in ("full", "retime") and not is_winner_retime(e):
+        if is_judged(e):
             by_candidate.setdefault(e["candidate_id"], []).append(e)
     rows = []
     for c in store.candidates(ctx.campaign_id, problem_id):
@@ -152,7 +152,7 @@ def _tree_rows(ctx: Context, problem_id: str, selected: list[str | None] | None 
         correct = [e for e in evals if e["status"] == "correct"]
         best = None
         if correct:
-            best = max(correct, key=lambda e: (e[objective] is not None, e[objective] or 0.0, -(e["median_ms"] or 0.0)))
+            best = min(correct, key=best_key(objective))
         elif evals:
             best = evals[0]
         c["best"] = best
@@ -170,7 +170,7 @@ def _failure_cause(ctx: Context, problem_id: str) -> str | None:
         errors = [e["payload"]["error"] for kind in ("plan", "code") for e in ctx.store.events(ctx.campaign_id, kind)
                   if e["payload"].get("problem_id") == problem_id and e["payload"].get("error")]
         return f"no candidate was written ({errors[-1][:300]})" if errors else None
-    fulls = [e for c in cands for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == "full"]
+    fulls = [e for c in cands for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == Kind.FULL]
     if not fulls or any(e["status"] == "correct" for e in fulls):
         return None
     if all(e["status"] == "timeout" for e in fulls):
@@ -183,7 +183,9 @@ def _failure_cause(ctx: Context, problem_id: str) -> str | None:
 
 
 def _remaining(ctx: Context, problem_id: str) -> int:
-    return max(0, int(ctx.config["budget"]) - len(ctx.store.candidates(ctx.campaign_id, problem_id)))
+    from kernellab.search import Budget
+
+    return Budget.of_campaign(ctx.config).candidates_left(len(ctx.store.candidates(ctx.campaign_id, problem_id)))
 
 
 def _tick(ctx: Context, state: CampaignState) -> float:
@@ -349,7 +351,7 @@ def _record(ctx: Context, problem: Problem, cand: dict, result: dict, key: str |
         modelled = ctx.model(problem, cand, result)
         if modelled:
             result = {**result, "details": {**(result.get("details") or {}), "modelled": modelled}}
-    ctx.store.add_evaluation(cid, result, kind="full")
+    ctx.store.add_evaluation(cid, result, kind=Kind.FULL)
     if ctx.progress:
         ctx.progress.on_evaluation(result)
         ctx.progress.update(in_flight=max(0, ctx.progress.stats.in_flight - 1), last=f"{cid[:10]} {result['status']}")
@@ -361,7 +363,7 @@ def evaluate(state: CampaignState, runtime: Runtime[Context], config: RunnableCo
     problem = ctx.problems[_pid(state)]
     cands = ctx.store.candidates(ctx.campaign_id, _pid(state))
     todo = [c for c in cands if ctx.infra_failures.get(c["id"], 0) < MAX_INFRA
-            and not any(e["kind"] == "full" for e in ctx.store.evaluations(candidate_id=c["id"]))]
+            and not any(e["kind"] == Kind.FULL for e in ctx.store.evaluations(candidate_id=c["id"]))]
     if not todo:
         return {}
     if ctx.progress:  # the tree as coded so far: the panel's budget left counts these
@@ -379,7 +381,7 @@ def _debuggable(ctx: Context, pid: str) -> list[tuple[dict, dict]]:
     for c in ctx.store.candidates(ctx.campaign_id, pid):
         if c["id"] in tried or (c.get("meta") or {}).get("debug_round", 0) >= _max_debug(ctx):
             continue
-        full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == "full"]
+        full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == Kind.FULL]
         if full and full[0]["status"] in FAILED:
             out.append((c, full[0]))
     return out
@@ -430,7 +432,7 @@ def tune(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig
     for c in ctx.store.candidates(ctx.campaign_id, pid):
         if c["id"] in done or not c.get("space"):
             continue
-        full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == "full"]
+        full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == Kind.FULL]
         if not full or full[0]["status"] != "correct":
             continue
         try:
@@ -444,7 +446,7 @@ def tune(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig
 
 
 def _best_of(ctx: Context, pid: str) -> dict | None:
-    rows = ctx.store.reported_best(ctx.campaign_id, pid, ctx.config.get("objective", "speedup_eager"))
+    rows = ctx.store.reported_best(ctx.campaign_id, pid, ctx.config.get("objective", DEFAULT_OBJECTIVE))
     return rows[0] if rows else None
 
 
@@ -520,17 +522,4 @@ def _space_of(code: Any) -> dict | None:
 
 def _space_from_source(source: str) -> dict | None:
     """Read a literal module-level ``SPACE = {...}`` without executing the (untrusted) source."""
-    import ast
-
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SPACE" for t in node.targets):
-            try:
-                value = ast.literal_eval(node.value)
-            except ValueError:
-                return None
-            return {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in value.items()} if isinstance(value, dict) else None
-    return None
+    return space_from_source(source)
