@@ -6,7 +6,10 @@
 #
 # The GPU host is offline and lacks langgraph/optuna/sqlite-utils/anthropic: their wheels travel in
 # .whl (made with ../shared/tools/gpu-wheels.sh .whl langgraph langgraph-checkpoint-sqlite optuna
-# sqlite-utils anthropic openai) and are installed into /tmp/site with kernellab itself.
+# sqlite-utils anthropic openai dask distributed) and are installed into /tmp/site with kernellab itself.
+# Of dask/distributed's pure-Python needs the host's torch image lacks dask distributed partd locket tblib
+# tornado zict (it has cloudpickle toolz fsspec msgpack sortedcontainers psutil pyyaml jinja2 click packaging
+# urllib3; dask's importlib_metadata is for Python < 3.12 only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
