@@ -240,10 +240,11 @@ class DaskExecutor(Executor):
     this process, closed with the executor) or a scheduler address (``tcp://HOST:8786``, left running).
     ``slots``: jobs per worker at once, for a local cluster (a remote worker's come from ``kernellab worker
     --slots``). ``progress``: a :class:`kernellab.progress.Progress` shown the cluster's workers, GPUs and jobs in
-    flight."""
+    flight. ``timeout``: seconds to reach the scheduler (default: Dask's ``distributed.comm.timeouts.connect``).
+    """
 
     def __init__(self, cluster: str = "local", *, slots: int = 1, limits: Limits | None = None,
-                 gpu_bytes: int | None = None, progress: Any = None, timeout: float = 60.0) -> None:
+                 gpu_bytes: int | None = None, progress: Any = None, timeout: float | None = None) -> None:
         from distributed import Client
 
         address, n = parse_cluster(cluster)
@@ -253,8 +254,8 @@ class DaskExecutor(Executor):
         self.progress = progress
         self._cluster = _local_cluster(n, slots) if address == "local" else None
         try:
-            self.client = Client(self._cluster if self._cluster is not None else address, timeout=timeout,
-                                 set_as_default=False)
+            kw = {"timeout": timeout} if timeout is not None else {}
+            self.client = Client(self._cluster if self._cluster is not None else address, set_as_default=False, **kw)
         except OSError as exc:
             if self._cluster is not None:
                 self._cluster.close()
@@ -371,7 +372,10 @@ class DaskExecutor(Executor):
         except Exception as exc:  # workers kept dying under it, or a bug of ours: not the candidate's verdict
             result = infra_result(job.config, "sandbox", f"the Dask task failed: {type(exc).__name__}: {exc}")
         details = result.setdefault("details", {})
-        for key, row in details.pop("_baseline_puts", None) or []:
+        puts = details.pop("_baseline_puts", None) or []
+        if puts:  # measured by this job on its worker: the coordinator caches it for every worker
+            details["baseline_cached_by_coordinator"] = True
+        for key, row in puts:
             with self._lock:
                 self._baselines.setdefault(job.problem.id, {})[key] = row
             if job.store is not None:
