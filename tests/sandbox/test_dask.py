@@ -70,7 +70,7 @@ def local_bench(tmp_path_factory) -> tuple[Path, dict]:
     tmp = tmp_path_factory.mktemp("local")
     db = tmp / "local.db"
     result, _, _ = run_bench(str(_suite(tmp)), Store(db), KW, out_dir=tmp / "out",
-                             executor_factory=lambda: LocalExecutor(cpu_workers=2))
+                             executor_factory=lambda: LocalExecutor(cpu_workers=2), jobs=2)
     return db, result
 
 
@@ -89,7 +89,8 @@ def test_two_worker_cluster_bench_gives_the_local_executors_statuses(tmp_path: P
         made.append(DaskExecutor("local:2"))
         return made[0]
 
-    result, _, _ = run_bench(str(_suite(tmp_path)), Store(db), KW, out_dir=tmp_path / "out", executor_factory=factory)
+    result, _, _ = run_bench(str(_suite(tmp_path)), Store(db), KW, out_dir=tmp_path / "out", executor_factory=factory,
+                             jobs=2)
     assert result["complete"] and result["summary"]["correct"] == local_result["summary"]["correct"] == 2
     assert _verdicts(result) == _verdicts(local_result)
     assert _statuses(db) == _statuses(local_db)
@@ -133,7 +134,7 @@ def test_a_worker_killed_mid_job_loses_and_duplicates_no_evaluation(tmp_path: Pa
     t.start()
     try:
         result, _, _ = run_bench(str(_suite(tmp_path)), Store(db), KW, out_dir=tmp_path / "out",
-                                 executor_factory=lambda: ex)
+                                 executor_factory=lambda: ex, jobs=2)
     finally:
         t.join(timeout=5)
         ex.shutdown()
