@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU tests and the GPU benchmarks in one call, on a CUDA host (e.g. the H200 behind the `device`
-# tool). Usage: scripts/gpu_check.sh [STEP...]   STEPs: env tests tests-slow eager sandbox gemm tuning builtin
+# tool). Usage: scripts/gpu_check.sh [STEP...]   STEPs: env tests tests-slow eager sandbox gemm tuning builtin scaleout
 # bench:SUITE (default: env tests). Logs and results go to $OUT (default ./gpu-out); result files
 # are also written under experiments/results/.
 #
@@ -50,6 +50,8 @@ for step in "${steps[@]}"; do
     gemm)    $PY experiments/bench_gemm_templates.py 2>&1 | tee "$OUT/gemm.log" ;;
     tuning)  $PY experiments/bench_tuning.py 2>&1 | tee "$OUT/tuning.log" ;;
     builtin) $PY experiments/bench_builtin.py 2>&1 | tee "$OUT/builtin.log" ;;
+    scaleout) # one GPU vs all with the local executor vs a Dask cluster (needs dask/distributed wheels in .whl)
+      $PY experiments/bench_scaleout.py ${SCALEOUT_ARGS:-} 2>&1 | tee "$OUT/scaleout.log" ;;
     bench:*) # BENCH_ARGS e.g. "--budget 4 --jobs 8"; BENCH_TIMEOUT bounds it so the results still come back
       timeout "${BENCH_TIMEOUT:-3000}" $PY -m kernellab.cli bench "${step#bench:}" --db "$OUT/bench.db" ${BENCH_ARGS:-} 2>&1 \
         | tee "$OUT/bench.log" ;;

@@ -26,6 +26,7 @@ from kernellab.store import Store  # noqa: E402
 
 from kernellab import load_problem  # noqa: E402
 from kernellab.bench import run_bench  # noqa: E402
+from kernellab.progress import Progress  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["experiments/problems/ops/softmax.py", "experiments/problems/fusions/pointwise_chain.py"]
@@ -85,12 +86,22 @@ def test_two_worker_cluster_bench_gives_the_local_executors_statuses(tmp_path: P
     db = tmp_path / "dask.db"
     made: list[DaskExecutor] = []
 
+    seen: list[str] = []
+
+    class Shown(Progress):  # the real panel, silent, remembering what its cluster row said
+        def update(self, **kw) -> None:
+            if "cluster" in kw:
+                seen.append(str(kw["cluster"]))
+            super().update(**kw)
+
+    progress = Shown(enabled=False)
+
     def factory() -> DaskExecutor:
-        made.append(DaskExecutor("local:2"))
+        made.append(DaskExecutor("local:2", progress=progress))
         return made[0]
 
     result, _, _ = run_bench(str(_suite(tmp_path)), Store(db), KW, out_dir=tmp_path / "out", executor_factory=factory,
-                             jobs=2)
+                             jobs=2, progress=progress)
     assert result["complete"] and result["summary"]["correct"] == local_result["summary"]["correct"] == 2
     assert _verdicts(result) == _verdicts(local_result)
     assert _statuses(db) == _statuses(local_db)
@@ -101,6 +112,10 @@ def test_two_worker_cluster_bench_gives_the_local_executors_statuses(tmp_path: P
     assert len({d.get("dask_worker") for d in details}) == 2, [d.get("dask_worker") for d in details]
     assert all(d.get("job_id") for d in details)
     assert made[0]._closed  # the bench shut its executor (and the in-process cluster) down
+    # the progress panel showed the workers, GPUs and jobs in flight, two at once at some point
+    assert seen and all(x.startswith("2 workers (0 GPUs), ") for x in seen), seen
+    flights = [int(x.split(", ")[1].split()[0]) for x in seen]
+    assert max(flights) >= 2 and flights[-1] == 0, seen
 
 
 @pytest.mark.slow
