@@ -7,7 +7,7 @@ cluster of one worker per GPU; evaluations per hour, the ratio to one GPU, and w
 Each configuration is a fresh `kernellab bench` process into its own database (nothing is reused between them),
 timed from its start to its end (startup, the cluster's start and every problem's winner re-timing included).
 Evaluations are every row the bench wrote (judged, Optuna trials, re-timings); per hour = rows / wall seconds *
-3600. "Same results": per problem, the same correct verdict, and the share of the (candidate source, status)
+3600. "Same results": per problem, the same correct verdict, and the share of the (candidate action, status)
 pairs of the judged evaluations the two runs have in common (timing noise can send a greedy search down another
 branch, so that share need not be 1). On a machine without a GPU it runs the local executor and a two-worker CPU
 cluster in the interpreter (--small), which only shows the script works: interpreted throughput says nothing.
@@ -65,7 +65,8 @@ def run_one(label: str, suite: str, args: argparse.Namespace, work: Path, visibl
         raise SystemExit(f"{label}: the bench printed no JSON (exit {p.returncode}); its log ends:\n{p.stderr[-3000:]}") from None
     with sqlite3.connect(db) as c:
         kinds = dict(c.execute("select kind, count(*) from evaluations group by kind").fetchall())
-        judged = c.execute("select p.name, k.source_hash, e.status from evaluations e join candidates k on "
+        # the candidate's action, not its source hash: concurrent graph captures can name placeholders differently
+        judged = c.execute("select p.name, k.action, e.status from evaluations e join candidates k on "
                            "k.id = e.candidate_id join problems p on p.id = k.problem_id where e.kind = 'full'").fetchall()
         workers = {json.loads(d).get("dask_worker") for (d,) in c.execute("select details_json from evaluations")}
     n = sum(kinds.values())
@@ -96,7 +97,7 @@ def markdown(res: dict) -> str:
     lines = [f"# Scale-out: `{res['suite']}` — {res['date']}", "",
              f"Device: {res['device']}; GPUs: {len(res['gpus'])}; budget {res['budget']}, jobs {res['jobs']}; "
              f"commit {res['versions'].get('commit')}.", "",
-             "| configuration | GPUs | wall s | evaluations | per hour | ratio to one GPU | correct |", "|---|---|---|---|---|---|---|"]
+             "| configuration | GPUs | wall s | evaluations | per hour | ratio to the first | correct |", "|---|---|---|---|---|---|---|"]
     base = res["runs"][0]["evaluations_per_hour"] if res["runs"] else None
     for r in res["runs"]:
         ratio = f"{r['evaluations_per_hour'] / base:.2f}x" if base and r["evaluations_per_hour"] else "-"
@@ -105,7 +106,7 @@ def markdown(res: dict) -> str:
     lines += ["", "Agreement with the first configuration:", ""]
     for label, ag in res["agreement"].items():
         lines.append(f"- {label}: same correct verdict per problem: {ag['same_correct_per_problem']}; shared "
-                     f"(candidate, status) of the judged evaluations: {json.dumps(ag['shared_judged_share'])}")
+                     f"(candidate action, status) of the judged evaluations: {json.dumps(ag['shared_judged_share'])}")
     if res.get("note"):
         lines += ["", res["note"]]
     return "\n".join(lines) + "\n"
@@ -119,6 +120,7 @@ def main() -> None:
     ap.add_argument("--configs", default="one,local,dask", help="one (first GPU), local (all GPUs), dask")
     ap.add_argument("--timeout", type=float, default=3000, help="seconds per configuration")
     ap.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
+    ap.add_argument("--work", type=Path, default=None, help="keep the databases and logs here (default: a temporary folder)")
     args = ap.parse_args()
     from kernellab import env
 
@@ -128,9 +130,11 @@ def main() -> None:
         configs = [c for c in configs if c != "one"]  # on the CPU "one GPU" means nothing
     runs = []
     with tempfile.TemporaryDirectory(prefix="kernellab-scaleout-") as tmp:
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         for label in configs:
             use = visible[:1] if label == "one" else visible
-            runs.append(run_one(label, args.suite, args, Path(tmp), use))
+            runs.append(run_one(label, args.suite, args, work, use))
     stamp = dt.datetime.now(dt.timezone.utc)
     res = {"suite": args.suite, "date": stamp.isoformat(timespec="seconds"), "budget": args.budget, "jobs": args.jobs,
            "device": env.device_name() if visible else "cpu (Triton interpreter)", "gpus": visible,
