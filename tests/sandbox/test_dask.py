@@ -238,6 +238,7 @@ def test_cluster_addresses_are_checked_in_one_line() -> None:
             parse_cluster(bad)
 
 
+@pytest.mark.slow
 def test_cli_cluster_and_worker_bad_input_exit_2(tmp_path: Path) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"}
     run = lambda *a: subprocess.run([sys.executable, "-m", "kernellab.cli", *a], capture_output=True, text=True,  # noqa: E731
