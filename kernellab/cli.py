@@ -289,21 +289,27 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
     try:
         # checked before the database is opened, so that bad input writes nothing
         checked = check_campaign(config, store=_store(db) if config.replay else None)
-        store = _store(db, must_exist=False)
-        cid = start_campaign(store, config, name=name, problems=checked)
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
+    # the cluster too: one that cannot be reached, or has no worker for the device, writes nothing
+    executor = _cluster_executor(cluster, slots=max(1, opts.get("width") or 1), device=config.device)
     try:
-        with Progress(enabled=None if not as_json else False) as progress:
-            executor = _cluster_executor(cluster, progress, slots=max(1, opts.get("width") or 1))
-            try:
+        try:
+            store = _store(db, must_exist=False)
+            cid = start_campaign(store, config, name=name, problems=checked)
+        except CampaignError as exc:
+            raise UsageFailure(str(exc)) from None
+        try:
+            with Progress(enabled=None if not as_json else False) as progress:
+                if executor is not None:
+                    executor.progress = progress
                 summary = _interruptible(lambda: run_campaign(store, cid, progress=progress, executor=executor),
                                          store, cid, progress)
-            finally:
-                if executor is not None:
-                    executor.shutdown()
-    except CampaignError as exc:  # e.g. CampaignBusy: resumed by another process already
-        raise UsageFailure(str(exc)) from None
+        except CampaignError as exc:  # e.g. CampaignBusy: resumed by another process already
+            raise UsageFailure(str(exc)) from None
+    finally:
+        if executor is not None:
+            executor.shutdown()
     _finish(summary, as_json, store)
 
 
@@ -467,7 +473,8 @@ def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None
             store = _store(dbs[0], must_exist=False)
             with Progress(enabled=None if not as_json else False) as progress:
                 log = functools.partial(progress.console.print, markup=False, highlight=False, soft_wrap=True)
-                factory = (functools.partial(_cluster_executor, cluster, progress, slots=max(1, min(jobs, 4)))
+                factory = (functools.partial(_cluster_executor, cluster, progress, slots=max(1, min(jobs, 4)),
+                                             device=kw.get("device"))
                            if cluster else None)
                 result, jpath, mpath = run_bench(suite, store, kw, name=name, allow_library=allow_library,
                                                  out_dir=out, progress=progress, jobs=jobs, shard=shard_t, log=log,
@@ -485,17 +492,24 @@ def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None
 # ------------------------------------------------------------------------------------------------
 # scale-out on Dask distributed: `kernellab worker`, and `--cluster` on run and bench
 # ------------------------------------------------------------------------------------------------
-def _cluster_executor(cluster: str | None, progress: Any = None, slots: int = 1) -> Any:
-    """The executor ``--cluster`` names (None: none given, the campaign's own local executor)."""
+def _cluster_executor(cluster: str | None, progress: Any = None, slots: int = 1, device: str | None = None) -> Any:
+    """The executor ``--cluster`` names (None: none given, the campaign's own local executor), checked to have a
+    worker for ``device`` (the campaign's: None = this host's default) before any work."""
     if cluster is None:
         return None
+    from kernellab import env
     from kernellab.sandbox import SandboxError
 
+    ex = None
     try:
         from kernellab.sandbox._dask import DaskExecutor
 
-        return DaskExecutor(cluster, slots=slots, progress=progress)
+        ex = DaskExecutor(cluster, slots=slots, progress=progress)
+        ex.require(device or env.default_device())
+        return ex
     except (SandboxError, ImportError) as exc:
+        if ex is not None:
+            ex.shutdown()
         raise UsageFailure(f"--cluster {cluster}: {exc}") from None
 
 

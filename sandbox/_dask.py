@@ -289,15 +289,15 @@ class DaskExecutor(Executor):
             return
         self.progress.update(cluster=f"{s['workers']} workers ({s['gpus']} GPUs), {s['in_flight']} jobs in flight")
 
-    def _kind(self, job: EvalJob) -> str:
-        """The job's device kind: the one asked for, else CUDA when the cluster has a GPU worker. Waits (up to
-        ``WORKER_WAIT_S``) for a worker that can run it."""
-        want = job.device
+    def require(self, device: str | None, wait_s: float = WORKER_WAIT_S) -> str:
+        """The device kind a job for ``device`` runs on: the one asked for, else CUDA when the cluster has a GPU
+        worker. Waits (up to ``wait_s``) for a worker that can run it; :class:`SandboxError` when none came."""
+        want = device
         if want is not None and want.startswith("cuda"):
             want = "cuda"
         if want not in (None, "cuda", "cpu"):
-            raise SandboxError(f"device must be 'cpu' or 'cuda', not {job.device!r}")
-        deadline = time.monotonic() + WORKER_WAIT_S
+            raise SandboxError(f"device must be 'cpu' or 'cuda', not {device!r}")
+        deadline = time.monotonic() + wait_s
         while True:
             res = [w.get("resources") or {} for w in self.workers().values()]
             has = {"cuda": any(r.get(GPU_SLOT) for r in res), "cpu": any(r.get(CPU_SLOT) for r in res)}
@@ -324,7 +324,7 @@ class DaskExecutor(Executor):
             if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
                                       and math.isfinite(v) and v > 0):
                 raise SandboxError(f"{name} must be a positive number of milliseconds or None, got {v!r}")
-        kind = self._kind(job)
+        kind = self.require(job.device)
         small = job.small if job.small is not None else (kind == "cpu")
         job = replace(job, device=kind, small=bool(small), limits=job.limits or self.limits)
         job_id = uuid.uuid4().hex
@@ -395,7 +395,7 @@ class DaskExecutor(Executor):
 
         data = {"problem": _problem_data(problem), "source": source, "config": config, "small": small}
         try:
-            self._kind(EvalJob(problem, source, device="cuda"))
+            self.require("cuda")
             out = self.client.submit(_remote_profile, data, resources={GPU_SLOT: 1}, pure=False, retries=1).result()
         except SandboxError as exc:
             return ProfileResult([], reason=f"profiling skipped: {exc}")

@@ -254,7 +254,7 @@ def test_cluster_addresses_are_checked_in_one_line() -> None:
 
 
 @pytest.mark.slow
-def test_cli_cluster_and_worker_bad_input_exit_2(tmp_path: Path) -> None:
+def test_cli_cluster_bad_input_exit_2_and_a_bench_on_a_local_cluster(tmp_path: Path) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"}
     run = lambda *a: subprocess.run([sys.executable, "-m", "kernellab.cli", *a], capture_output=True, text=True,  # noqa: E731
                                     env=env, cwd=tmp_path, timeout=120)
@@ -265,6 +265,14 @@ def test_cli_cluster_and_worker_bad_input_exit_2(tmp_path: Path) -> None:
     # nothing listens there: one line, no traceback (port 9 is discard, closed on a test machine)
     r = run("run", str(ROOT / TINY[0]), "--cluster", "tcp://127.0.0.1:9", "--budget", "1", "--db", str(tmp_path / "y.db"))
     assert r.returncode == 2 and "no Dask scheduler reachable" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "y.db").exists()  # nothing written
+    # and the way that works: a bench on an in-process cluster of two CPU workers
+    r = run("bench", str(_suite(tmp_path)), "--cluster", "local:2", "--budget", "1", "--trials", "1", "--width", "1",
+            "--debug-rounds", "0", "--jobs", "2", "--db", str(tmp_path / "z.db"), "--out-dir", str(tmp_path / "out"),
+            "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["complete"] and out["summary"]["correct"] == 2
 
 
 @pytest.mark.gpu
