@@ -209,6 +209,8 @@ def test_kernellab_worker_joins_a_running_scheduler(tmp_path: Path, problem) -> 
         assert [r["status"] for r in rs] == ["correct", "correct"], [r["error_text"] for r in rs]
         (info,) = ex.workers().values()
         assert info["name"] == "w0" and info["resources"] == {"kernellab-cpu-slot": 2} and info["nthreads"] == 2
+        # its sandbox pool matches its slots
+        assert list(ex.client.run(lambda dask_worker: dask_worker.kernellab_executor.cpu_workers).values()) == [2]
     finally:
         if ex is not None:
             ex.shutdown()
