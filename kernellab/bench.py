@@ -354,13 +354,13 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     say(f"bench {suite}: {len(problems)} problems, {len(mine)} in this shard"
         f"{f' ({shard[0]}/{shard[1]})' if shard else ''}; {skipped} skipped as finished, {resumed} to resume, "
         f"{len(todo) - resumed} to start (config {chash})")
-    counter = {"done": skipped}
-    write()  # the files exist from the start and say how much of the suite is finished
-
     # Workers share the GPU's memory evenly; full-size memory-bound problems hold several GB of inputs
     # and reference outputs per trial, so more than 4 workers per GPU run out of memory.
     make = executor_factory or (lambda: sandbox.LocalExecutor(workers_per_gpu=max(1, min(jobs, 4))))
-    executor = make() if todo else None
+    executor = make() if todo else None  # before any file: a cluster that fails writes nothing
+
+    counter = {"done": skipped}
+    write()  # the files exist from the start and say how much of the suite is finished
 
     def one(i: int, resume: str | None) -> None:
         prob, path = problems[i], paths[i]

@@ -260,8 +260,13 @@ def test_cli_cluster_bad_input_exit_2_and_a_bench_on_a_local_cluster(tmp_path: P
     env = {**os.environ, "TRITON_INTERPRET": "1", "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"}
     run = lambda *a: subprocess.run([sys.executable, "-m", "kernellab.cli", *a], capture_output=True, text=True,  # noqa: E731
                                     env=env, cwd=tmp_path, timeout=120)
-    r = run("bench", str(_suite(tmp_path)), "--cluster", "nohost", "--budget", "1", "--db", str(tmp_path / "x.db"))
+    r = run("bench", str(_suite(tmp_path)), "--cluster", "nohost", "--budget", "1", "--db", str(tmp_path / "x.db"),
+            "--out-dir", str(tmp_path / "bad"))
     assert r.returncode == 2 and "--cluster nohost" in r.stderr, r.stderr
+    r = run("bench", str(_suite(tmp_path)), "--cluster", "tcp://127.0.0.1:9", "--budget", "1", "--db",
+            str(tmp_path / "x.db"), "--out-dir", str(tmp_path / "bad"))
+    assert r.returncode == 2 and "no Dask scheduler reachable" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "bad").exists()  # no result file for a bench that could not start
     r = run("worker", "--scheduler", "localhost")
     assert r.returncode == 2 and "tcp://HOST:8786" in r.stderr, r.stderr
     # nothing listens there: one line, no traceback (port 9 is discard, closed on a test machine)
