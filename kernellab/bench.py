@@ -307,14 +307,16 @@ def _write(result: dict, jpath: Path, mpath: Path) -> None:
 def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, allow_library: bool = False,
               out_dir: Path = RESULTS, progress: Any = None, jobs: int = 1, shard: tuple[int, int] | None = None,
               log: Callable[[str], None] | None = None, extra: dict | None = None,
-              tag: dict | None = None) -> tuple[dict, Path, Path]:
+              tag: dict | None = None, executor_factory: Callable[[], Any] | None = None) -> tuple[dict, Path, Path]:
     """Run the suite's problems (this shard's) that have no finished campaign under this configuration:
     skip the finished, resume the unfinished, start the rest. ``jobs`` campaigns run at once (threads
     sharing one sandbox executor): loading, compiling and checking overlap while the executor still
     allows one timing per GPU at a time. The result files (scored over the whole suite) are rewritten
     atomically after every finished problem, so an interrupted bench keeps what it measured.
     ``extra``: settings outside CampaignConfig that change results (a study's prompt hash), hashed with
-    it; ``tag``: keys merged into each new campaign's config (a study's name and cell)."""
+    it; ``tag``: keys merged into each new campaign's config (a study's name and cell).
+    ``executor_factory``: makes the executor (e.g. a ``DaskExecutor`` for ``--cluster``), called only when
+    there is work; the bench shuts it down. Default: a ``LocalExecutor`` on this host."""
     from concurrent.futures import ThreadPoolExecutor
 
     from kernellab import sandbox
@@ -356,12 +358,13 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     say(f"bench {suite}: {len(problems)} problems, {len(mine)} in this shard"
         f"{f' ({shard[0]}/{shard[1]})' if shard else ''}; {skipped} skipped as finished, {resumed} to resume, "
         f"{len(todo) - resumed} to start (config {chash})")
-    counter = {"done": skipped}
-    write()  # the files exist from the start and say how much of the suite is finished
-
     # Workers share the GPU's memory evenly; full-size memory-bound problems hold several GB of inputs
     # and reference outputs per trial, so more than 4 workers per GPU run out of memory.
-    executor = sandbox.LocalExecutor(workers_per_gpu=max(1, min(jobs, 4))) if todo else None
+    make = executor_factory or (lambda: sandbox.LocalExecutor(workers_per_gpu=max(1, min(jobs, 4))))
+    executor = make() if todo else None  # before any file: a cluster that fails writes nothing
+
+    counter = {"done": skipped}
+    write()  # the files exist from the start and say how much of the suite is finished
 
     def one(i: int, resume: str | None) -> None:
         prob, path = problems[i], paths[i]

@@ -333,6 +333,10 @@ class _Steps:
         if self.device != "cuda":
             return [], "no CUDA device: Nsight Compute profiling skipped"
         small = bool(self.config.small)
+        remote = getattr(self.executor, "profile", None)
+        if remote is not None:  # a cluster: ncu runs on a worker's GPU, held there as a timing holds it
+            rows = remote(problem, cand["source"], config=best.get("config") or None, small=small)
+            return list(rows), getattr(rows, "reason", None)
         # the GPU to itself, as a timing has it: no other job's trials run under the profiler
         exclusive = getattr(self.executor, "exclusive_gpu", None)
         with exclusive(problem, small=small) if exclusive else contextlib.nullcontext() as gpu:

@@ -278,11 +278,13 @@ def _finish(summary: dict, as_json: bool, store: Any = None) -> None:
 @main.command()
 @click.argument("problems", nargs=-1, required=True, type=click.Path())
 @_campaign_options
+@click.option("--cluster", default=None, metavar="ADDRESS", help="Evaluate on a Dask cluster (see `kernellab bench`).")
 @click.option("--campaign", "name", default=None, metavar="NAME", help="Campaign name (default: problems + time).")
 @db_option
 @json_option
 @_errors
-def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, device: str, **opts: Any) -> None:
+def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, device: str, cluster: str | None = None,
+        **opts: Any) -> None:
     """Start a campaign over PROBLEM files and run it to the end of its budget.
 
     Prints the best candidate per problem; exit 1 when no problem got a correct candidate.
@@ -295,15 +297,27 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
     try:
         # checked before the database is opened, so that bad input writes nothing
         checked = check_campaign(config, store=_store(db) if config.replay else None)
-        store = _store(db, must_exist=False)
-        cid = start_campaign(store, config, name=name, problems=checked)
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
+    # the cluster too: one that cannot be reached, or has no worker for the device, writes nothing
+    executor = _cluster_executor(cluster, slots=max(1, opts.get("width") or 1), device=config.device)
     try:
-        with Progress(enabled=None if not as_json else False) as progress:
-            summary = _interruptible(lambda: run_campaign(store, cid, progress=progress), store, cid, progress)
-    except CampaignError as exc:  # e.g. CampaignBusy: resumed by another process already
-        raise UsageFailure(str(exc)) from None
+        try:
+            store = _store(db, must_exist=False)
+            cid = start_campaign(store, config, name=name, problems=checked)
+        except CampaignError as exc:
+            raise UsageFailure(str(exc)) from None
+        try:
+            with Progress(enabled=None if not as_json else False) as progress:
+                if executor is not None:
+                    executor.progress = progress
+                summary = _interruptible(lambda: run_campaign(store, cid, progress=progress, executor=executor),
+                                         store, cid, progress)
+        except CampaignError as exc:  # e.g. CampaignBusy: resumed by another process already
+            raise UsageFailure(str(exc)) from None
+    finally:
+        if executor is not None:
+            executor.shutdown()
     _finish(summary, as_json, store)
 
 
@@ -423,6 +437,9 @@ def export(campaign: str, problem: str | None, output: str | None, db: str, as_j
 @main.command()
 @click.argument("suite")
 @_campaign_options
+@click.option("--cluster", default=None, metavar="ADDRESS",
+              help="Evaluate on a Dask cluster: tcp://HOST:8786 (workers started with `kernellab worker`), or local "
+                   "(one worker per local GPU, or local:N CPU workers in the interpreter). Default: this host.")
 @click.option("--name", default=None, help="Name in the result files (default: the suite's).")
 @click.option("--allow-library", is_flag=True, help="Count library-only and low-share candidates as wins.")
 @click.option("--out-dir", type=click.Path(), default=None, help="Where the result files go (default experiments/results).")
@@ -436,7 +453,8 @@ def export(campaign: str, problem: str | None, output: str | None, db: str, as_j
 @json_option
 @_errors
 def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None, jobs: int, shard: str | None,
-          summary_only: bool, dbs: tuple[str, ...], as_json: bool, device: str, **opts: Any) -> None:
+          summary_only: bool, dbs: tuple[str, ...], as_json: bool, device: str, cluster: str | None = None,
+          **opts: Any) -> None:
     """Run a campaign per problem of SUITE (a name in experiments/suites/, a suite file, a folder or
     a glob) and write experiments/results/<date>-<device>-<name>.json and .md: per problem the best
     speedup vs eager and torch.compile (p20-p80), evaluations and time to the best, the winning action
@@ -465,8 +483,12 @@ def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None
             store = _store(dbs[0], must_exist=False)
             with Progress(enabled=None if not as_json else False) as progress:
                 log = functools.partial(progress.console.print, markup=False, highlight=False, soft_wrap=True)
+                factory = (functools.partial(_cluster_executor, cluster, progress, slots=max(1, min(jobs, 4)),
+                                             device=kw.get("device"))
+                           if cluster else None)
                 result, jpath, mpath = run_bench(suite, store, kw, name=name, allow_library=allow_library,
-                                                 out_dir=out, progress=progress, jobs=jobs, shard=shard_t, log=log)
+                                                 out_dir=out, progress=progress, jobs=jobs, shard=shard_t, log=log,
+                                                 executor_factory=factory)
     except (FileNotFoundError, CampaignError, BenchError) as exc:
         raise UsageFailure(str(exc)) from None
     if as_json:
@@ -632,6 +654,58 @@ def optimize(model: str, inputs: str | None, budget: int, time_budget_s: float |
     kernels = any(r["patched"] for r in result["problems"])
     ok = kernels and bool((result["check"] or {}).get("ok"))
     sys.exit(EXIT_OK if ok else EXIT_FAILED)
+
+
+# ------------------------------------------------------------------------------------------------
+# scale-out on Dask distributed: `kernellab worker`, and `--cluster` on run and bench
+# ------------------------------------------------------------------------------------------------
+def _cluster_executor(cluster: str | None, progress: Any = None, slots: int = 1, device: str | None = None) -> Any:
+    """The executor ``--cluster`` names (None: none given, the campaign's own local executor), checked to have a
+    worker for ``device`` (the campaign's: None = this host's default) before any work."""
+    if cluster is None:
+        return None
+    from kernellab import env
+    from kernellab.sandbox import SandboxError
+
+    ex = None
+    try:
+        from kernellab.sandbox._dask import DaskExecutor
+
+        ex = DaskExecutor(cluster, slots=slots, progress=progress)
+        ex.require(device or env.default_device())
+        return ex
+    except (SandboxError, ImportError) as exc:
+        if ex is not None:
+            ex.shutdown()
+        raise UsageFailure(f"--cluster {cluster}: {exc}") from None
+
+
+@main.command()
+@click.option("--scheduler", required=True, metavar="ADDRESS", help="The Dask scheduler, e.g. tcp://HOST:8786.")
+@click.option("--gpu", default=None, metavar="ID",
+              help="The GPU this worker owns (pins CUDA_VISIBLE_DEVICES); start one worker per GPU.")
+@click.option("--slots", default=1, show_default=True,
+              help="Jobs at once on this worker (loading, compiling, checking overlap; timing stays exclusive).")
+@click.option("--name", default=None, help="The worker's name in the cluster.")
+@_errors
+def worker(scheduler: str, gpu: str | None, slots: int, name: str | None) -> None:
+    """Run a Dask worker for kernellab campaigns on this host's GPU ID (or the CPU), until stopped.
+
+    Candidates run in kernellab's sandbox processes under it, never in the worker itself. Start the
+    scheduler with `dask scheduler`, one `kernellab worker` per GPU, then `kernellab run|bench --cluster`.
+    """
+    from kernellab.sandbox import SandboxError
+
+    if slots < 1:
+        raise UsageFailure(f"--slots must be at least 1, got {slots}")
+    if "://" not in scheduler:
+        raise UsageFailure(f"--scheduler {scheduler!r}: expected an address like tcp://HOST:8786")
+    try:
+        from kernellab.sandbox._dask import start_worker
+
+        start_worker(scheduler, gpu=gpu, slots=slots, name=name)
+    except (SandboxError, ImportError) as exc:
+        raise UsageFailure(str(exc)) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -34,6 +34,7 @@ class Stats:
     llm_tokens: int = 0
     llm_usd: float = 0.0
     last: str = ""
+    cluster: str = ""  # a Dask cluster's workers, GPUs and jobs in flight (``--cluster``)
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -107,7 +108,8 @@ class Progress:
             if kw.get("last"):
                 fails = ", ".join(f"{k} {v}" for k, v in s.failures.most_common())
                 self._line(f"{s.problem}: {s.last}; {s.evaluated} evaluated"
-                           + (f" (failures: {fails})" if fails else "") + f"; budget left: {s.budget_left()}")
+                           + (f" (failures: {fails})" if fails else "") + f"; budget left: {s.budget_left()}"
+                           + (f"; cluster: {s.cluster}" if s.cluster else ""))
         self._refresh()
 
     def on_evaluation(self, result: dict) -> None:
@@ -146,6 +148,8 @@ class Progress:
         t.add_row("failures", ", ".join(f"{k} {v}" for k, v in s.failures.most_common()) or "none")
         t.add_row("time", f"{s.elapsed:.0f} s elapsed; budget left: {s.budget_left()}")
         t.add_row("LLM", f"{s.llm_tokens} tokens, ${s.llm_usd:.2f}")
+        if s.cluster:
+            t.add_row("cluster", s.cluster)
         if s.last:
             t.add_row("last", s.last[:100])
         return t

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The GPU tests and the GPU benchmarks in one call, on a CUDA host (e.g. the H200 behind the `device`
-# tool). Usage: scripts/gpu_check.sh [STEP...]   STEPs: env tests tests-slow eager sandbox gemm tuning builtin
+# tool). Usage: scripts/gpu_check.sh [STEP...]   STEPs: env tests tests-slow eager sandbox gemm tuning builtin scaleout
 # bench:SUITE study:SUITE optimize (default: env tests). Logs and results go to $OUT (default ./gpu-out); result files
 # are also written under experiments/results/.
 #
 # The GPU host is offline and lacks langgraph/optuna/sqlite-utils/anthropic: their wheels travel in
 # .whl (made with ../shared/tools/gpu-wheels.sh .whl langgraph langgraph-checkpoint-sqlite optuna
-# sqlite-utils anthropic openai scipy matplotlib) and are installed into /tmp/site with kernellab itself.
+# sqlite-utils anthropic openai scipy matplotlib dask distributed partd locket tblib tornado zict) and are
+# installed into /tmp/site with kernellab itself. Of dask/distributed's pure-Python needs the host's torch image
+# lacks dask distributed partd locket tblib tornado zict (it has cloudpickle toolz fsspec msgpack sortedcontainers
+# psutil pyyaml jinja2 click packaging urllib3; dask's importlib_metadata is for Python < 3.12 only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -92,6 +95,8 @@ for step in "${steps[@]}"; do
     optimize)  # whole models (kernellab optimize) on five level-3 models; OPTIMIZE_ARGS e.g. "--budget 12"
       $PY experiments/bench_optimize.py --db "$OUT/optimize.db" --out-dir "$OUT" ${OPTIMIZE_ARGS:-} 2>&1 \
         | tee "$OUT/optimize.log" ;;
+    scaleout) # one GPU vs all with the local executor vs a Dask cluster (needs dask/distributed wheels in .whl)
+      $PY experiments/bench_scaleout.py ${SCALEOUT_ARGS:-} 2>&1 | tee "$OUT/scaleout.log" ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
 done

@@ -1,0 +1,441 @@
+"""An executor on Dask distributed: the same ``submit``/``shutdown`` as :class:`LocalExecutor`, over the GPUs
+of many hosts.
+
+Roles. The campaign process is the coordinator: it submits jobs and is the only writer of the SQLite store.
+Each Dask worker owns one GPU (worker resource ``GPU=1``, ``CUDA_VISIBLE_DEVICES`` pinned before it starts)
+or, on a CPU-only machine, runs the Triton interpreter. A worker plugin (:class:`KernellabPlugin`) keeps one
+:class:`LocalExecutor` inside each Dask worker; a Dask task hands its job to that executor, which runs it in
+kernellab's own sandbox worker processes -- candidate code never runs in the Dask worker itself, and the
+per-GPU reader/writer lock (timing exclusivity) and the memory admission live in the one Dask worker that
+owns the GPU, so they hold across the cluster exactly as on one host.
+
+Jobs and results travel as plain data: the job as a dict (the problem as name/source/path, the limits as a
+dict), the result as the JSON-decoded evaluation dict. Nothing of the store travels: the coordinator sends
+the cached torch.compile baselines of the job's problem with it, and a baseline measured on a worker comes
+back in the result (``details._baseline_puts``) and is written by the coordinator.
+
+Lost workers. A Dask worker that dies mid-job (its process killed, its host gone) has its task run again on
+another worker by the scheduler (``distributed.scheduler.allowed-failures``); the coordinator sees one result
+per job id and sets its future once, so the campaign writes that evaluation once. A job whose workers kept
+dying comes back as an infrastructure result (``sandbox``), never as the candidate's verdict.
+
+    kernellab worker --scheduler tcp://HOST:8786          # one per GPU of each GPU host
+    kernellab bench SUITE --cluster tcp://HOST:8786       # the coordinator
+    kernellab bench SUITE --cluster local                 # a cluster in-process: one worker per local GPU
+
+This module imports ``distributed``; nothing else of kernellab imports it (the CLI does, for ``--cluster`` and
+``worker`` only), so kernellab runs without Dask installed.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures as cf
+import json
+import math
+import os
+import threading
+import time
+import uuid
+from dataclasses import asdict, replace
+from typing import Any
+
+from distributed import WorkerPlugin
+
+from kernellab.problem import Problem
+
+from ._executor import EvalJob, Executor, Limits, LocalExecutor, SandboxError, _visible_gpus
+from ._result import infra_result
+
+__all__ = ["DaskExecutor", "KernellabPlugin", "start_worker", "GPU_SLOT", "CPU_SLOT"]
+
+# Dask worker resources. ``GPU`` marks a worker that owns one GPU; the slot resources say how many jobs it runs
+# at once (its LocalExecutor's workers: loading, compiling and checking overlap, the timing stays exclusive).
+GPU_SLOT = "kernellab-gpu-slot"
+CPU_SLOT = "kernellab-cpu-slot"
+PLUGIN = "kernellab-executor"
+# how long ``submit`` waits for a worker of the job's kind to join (a restarted worker, a cluster starting)
+WORKER_WAIT_S = 120.0
+
+
+def _problem_data(p: Problem) -> dict:
+    return {"name": p.name, "source": p.source, "path": p.path,
+            "artifacts": {k: base64.b64encode(v).decode() for k, v in (p.artifacts or {}).items()}}
+
+
+def _problem_of(d: dict) -> Problem:
+    return Problem(name=d["name"], source=d["source"], path=d.get("path"),
+                   artifacts={k: base64.b64decode(v) for k, v in (d.get("artifacts") or {}).items()})
+
+
+def job_data(job: EvalJob, job_id: str, baselines: dict[str, dict] | None = None) -> dict:
+    """``job`` as plain data (what travels to a worker); ``baselines``: cached rows, key -> row."""
+    return {"job_id": job_id, "problem": _problem_data(job.problem), "source": job.source, "config": job.config,
+            "small": job.small, "device": job.device, "trials": job.trials, "timing": job.timing,
+            "limits": asdict(job.limits) if job.limits else None, "timing_target_ms": job.timing_target_ms,
+            "stop_above_ms": job.stop_above_ms, "retime": job.retime, "baselines": baselines or {}}
+
+
+class _BaselineCache:
+    """What a remote job sees as its ``store``: the coordinator's cached baselines of its problem, and a record
+    of the ones measured here, which go back with the result for the coordinator to write."""
+
+    def __init__(self, rows: dict[str, dict]) -> None:
+        self.rows = dict(rows)
+        self.puts: list[tuple[str, dict]] = []
+
+    def get_baseline(self, key: str) -> dict | None:
+        return self.rows.get(key)
+
+    def put_baseline(self, key: str, row: dict) -> None:
+        self.rows[key] = row
+        self.puts.append((key, row))
+
+
+def _plain(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=str))
+
+
+def run_job_data(data: dict, executor: LocalExecutor) -> dict:
+    """Run one job given as plain data on ``executor`` (the Dask worker's own); the result as plain data."""
+    cache = _BaselineCache(data.get("baselines") or {})
+    job = EvalJob(problem=_problem_of(data["problem"]), source=data["source"], config=data.get("config"),
+                  small=data.get("small"), device=data.get("device"), trials=int(data.get("trials", 5)),
+                  timing=bool(data.get("timing", True)), store=cache,
+                  limits=Limits(**data["limits"]) if data.get("limits") else None,
+                  timing_target_ms=data.get("timing_target_ms"), stop_above_ms=data.get("stop_above_ms"),
+                  retime=bool(data.get("retime")))
+    result = executor.submit(job).result()
+    result = _plain(result)
+    details = result.setdefault("details", {})
+    details["_baseline_puts"] = [[k, _plain(r)] for k, r in cache.puts]
+    details["job_id"] = data["job_id"]
+    return result
+
+
+# -- the Dask worker's side -----------------------------------------------------------------------------------
+class KernellabPlugin(WorkerPlugin):
+    """A Dask worker plugin: one :class:`LocalExecutor` per Dask worker (its sandbox workers on the worker's one
+    GPU, or on the CPU), started with the worker and stopped with it. Registered by :class:`DaskExecutor`, so a
+    worker that joins later (or restarts after a crash) gets one too."""
+
+    name = PLUGIN
+    idempotent = True
+
+    def __init__(self, slots: int = 1, gpu_bytes: int | None = None, max_jobs_per_worker: int = 50,
+                 cpu_memory_gb: float | None = 8.0) -> None:
+        self.slots, self.gpu_bytes = slots, gpu_bytes
+        self.max_jobs_per_worker, self.cpu_memory_gb = max_jobs_per_worker, cpu_memory_gb
+
+    def setup(self, worker: Any) -> None:
+        # the worker's own slot resource is the number of jobs it is sent at once: its pool matches it
+        res = getattr(worker.state, "total_resources", None) or getattr(worker, "total_resources", {}) or {}
+        n = int(res.get(GPU_SLOT) or res.get(CPU_SLOT) or self.slots)
+        worker.kernellab_executor = LocalExecutor(workers_per_gpu=n, cpu_workers=n, gpu_bytes=self.gpu_bytes,
+                                                  max_jobs_per_worker=self.max_jobs_per_worker,
+                                                  cpu_memory_gb=self.cpu_memory_gb)
+
+    def teardown(self, worker: Any) -> None:
+        ex = getattr(worker, "kernellab_executor", None)
+        if ex is not None:
+            ex.shutdown(wait=False)
+
+
+def _remote(data: dict) -> dict:
+    """The Dask task: the job runs in this worker's sandbox processes, never in this process."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    ex = getattr(worker, "kernellab_executor", None)
+    if ex is None:  # the plugin's setup failed or has not run: the job cannot run here
+        raise RuntimeError(f"Dask worker {worker.address} has no kernellab executor (plugin {PLUGIN!r} missing)")
+    result = run_job_data(data, ex)
+    result["details"]["dask_worker"] = worker.address
+    return result
+
+
+def _worker_pid() -> int:
+    return os.getpid()
+
+
+def worker_resources(gpu: bool, slots: int) -> dict[str, float]:
+    return {"GPU": 1, GPU_SLOT: slots} if gpu else {CPU_SLOT: slots}
+
+
+def start_worker(scheduler: str, *, gpu: str | None = None, slots: int = 1, name: str | None = None,
+                 nanny: bool = True) -> None:
+    """``kernellab worker``: run one Dask worker (under a nanny, which restarts it after a crash) that owns GPU
+    ``gpu`` (``CUDA_VISIBLE_DEVICES`` pinned to it; None: the one visible GPU, or the CPU when none is), until
+    it is stopped. One per GPU of a host."""
+    import asyncio
+
+    from distributed import Nanny, Worker
+
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    gpus = _visible_gpus()
+    if len(gpus) > 1:
+        raise SandboxError(f"this worker would see {len(gpus)} GPUs ({', '.join(gpus)}): start one worker per GPU "
+                           "with --gpu ID (or set CUDA_VISIBLE_DEVICES)")
+    env = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "")} if gpus else {}
+    opts = dict(nthreads=slots, resources=worker_resources(bool(gpus), slots), name=name)
+
+    async def main() -> None:
+        cls = Nanny if nanny else Worker
+        kw = {"env": env} if nanny else {}
+        async with cls(scheduler, **opts, **kw) as w:
+            await w.finished()
+
+    asyncio.run(main())
+
+
+# -- the coordinator's side -----------------------------------------------------------------------------------
+def _local_cluster(n_workers: int | None, slots: int) -> Any:
+    """A cluster in this process: one worker (a process of its own, under a nanny) per local GPU, each pinned to
+    it, or ``n_workers`` CPU workers (default 2) running the interpreter."""
+    import logging
+
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    # a cluster inside a command: its INFO lines (every start and stop) would drown the command's output;
+    # the workers are new processes and read the variable, this process's loggers are set directly
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+    gpus = _visible_gpus()
+    if gpus:
+        if n_workers is not None and n_workers != len(gpus):
+            raise SandboxError(f"--cluster local:{n_workers}: this host has {len(gpus)} GPUs, and a worker owns one")
+        places: list[str | None] = list(gpus)
+    else:
+        places = [None] * (n_workers or 2)
+    workers = {}
+    for i, g in enumerate(places):
+        env = {"CUDA_VISIBLE_DEVICES": g} if g is not None else {"CUDA_VISIBLE_DEVICES": ""}
+        workers[f"kernellab-{'gpu' + g if g is not None else 'cpu' + str(i)}"] = {
+            "cls": Nanny, "options": {"nthreads": slots, "resources": worker_resources(g is not None, slots),
+                                      "env": env, "memory_limit": 0}}
+    scheduler = {"cls": Scheduler, "options": {"dashboard": False, "host": "127.0.0.1"}}
+    return SpecCluster(workers=workers, scheduler=scheduler, name="kernellab")
+
+
+def parse_cluster(text: str) -> tuple[str, int | None]:
+    """``local``, ``local:N`` or a scheduler address -> (address or "local", N)."""
+    if text == "local" or text.startswith("local:"):
+        n = None
+        if text != "local":
+            try:
+                n = int(text.split(":", 1)[1])
+            except ValueError:
+                n = 0
+            if n < 1:
+                raise SandboxError(f"--cluster {text!r}: local:N needs N >= 1 workers")
+        return "local", n
+    if "://" not in text:
+        raise SandboxError(f"--cluster {text!r}: expected local, local:N or a scheduler address like tcp://HOST:8786")
+    return text, None
+
+
+class DaskExecutor(Executor):
+    """Jobs on a Dask cluster (see the module docstring). ``cluster``: ``"local"``/``"local:N"`` (a cluster in
+    this process, closed with the executor) or a scheduler address (``tcp://HOST:8786``, left running).
+    ``slots``: jobs per worker at once, for a local cluster (a remote worker's come from ``kernellab worker
+    --slots``). ``progress``: a :class:`kernellab.progress.Progress` shown the cluster's workers, GPUs and jobs in
+    flight. ``timeout``: seconds to reach the scheduler (default: Dask's ``distributed.comm.timeouts.connect``).
+    """
+
+    def __init__(self, cluster: str = "local", *, slots: int = 1, limits: Limits | None = None,
+                 gpu_bytes: int | None = None, progress: Any = None, timeout: float | None = None) -> None:
+        from distributed import Client
+
+        address, n = parse_cluster(cluster)
+        if slots < 1:
+            raise SandboxError(f"slots must be at least 1, got {slots}")
+        self.limits = limits or Limits()
+        self.progress = progress
+        self._cluster = _local_cluster(n, slots) if address == "local" else None
+        try:
+            kw = {"timeout": timeout} if timeout is not None else {}
+            self.client = Client(self._cluster if self._cluster is not None else address, set_as_default=False, **kw)
+        except OSError as exc:
+            if self._cluster is not None:
+                self._cluster.close()
+            raise SandboxError(f"no Dask scheduler reachable at {address}: {exc}") from None
+        self.client.register_plugin(KernellabPlugin(slots=slots, gpu_bytes=gpu_bytes), name=PLUGIN)
+        self._lock = threading.Lock()
+        self._pending: dict[str, tuple[Any, cf.Future]] = {}
+        self._delivered: set[str] = set()
+        self._baselines: dict[str, dict[str, dict]] = {}  # problem id -> key -> row (this session's)
+        self._closed = False
+        self._show()
+
+    # -- the cluster -----------------------------------------------------------------------------------------
+    def workers(self) -> dict[str, dict]:
+        return self.client.scheduler_info().get("workers", {})
+
+    def state(self) -> dict:
+        """Workers, GPUs and jobs in flight (what the progress panel shows)."""
+        ws = self.workers()
+        gpus = sum(1 for w in ws.values() if (w.get("resources") or {}).get("GPU"))
+        with self._lock:
+            n = len(self._pending)
+        return {"workers": len(ws), "gpus": gpus, "in_flight": n}
+
+    def _show(self) -> None:
+        if self.progress is None:
+            return
+        try:
+            s = self.state()
+        except Exception:  # the panel is no reason to fail a job
+            return
+        self.progress.update(cluster=f"{s['workers']} workers ({s['gpus']} GPUs), {s['in_flight']} jobs in flight")
+
+    def require(self, device: str | None, wait_s: float = WORKER_WAIT_S) -> str:
+        """The device kind a job for ``device`` runs on: the one asked for, else CUDA when the cluster has a GPU
+        worker. Waits (up to ``wait_s``) for a worker that can run it; :class:`SandboxError` when none came."""
+        want = device
+        if want is not None and want.startswith("cuda"):
+            want = "cuda"
+        if want not in (None, "cuda", "cpu"):
+            raise SandboxError(f"device must be 'cpu' or 'cuda', not {device!r}")
+        deadline = time.monotonic() + wait_s
+        while True:
+            res = [w.get("resources") or {} for w in self.workers().values()]
+            has = {"cuda": any(r.get(GPU_SLOT) for r in res), "cpu": any(r.get(CPU_SLOT) for r in res)}
+            if want is None and (has["cuda"] or has["cpu"]):
+                return "cuda" if has["cuda"] else "cpu"
+            if want is not None and has[want]:
+                return want
+            if time.monotonic() > deadline:
+                what = {"cuda": "a GPU worker", "cpu": "a CPU worker", None: "any worker"}[want]
+                raise SandboxError(f"the Dask cluster has no {what} (start one with `kernellab worker --scheduler "
+                                   f"{self.client.scheduler.address}`)")
+            time.sleep(0.5)
+
+    # -- jobs ------------------------------------------------------------------------------------------------
+    def submit(self, job: EvalJob) -> cf.Future:
+        if self._closed:
+            raise SandboxError("this executor has been shut down")
+        if not isinstance(job.problem, Problem):
+            raise SandboxError(f"job.problem must be a kernellab.Problem, not {type(job.problem).__name__}")
+        if not isinstance(job.source, str):
+            raise SandboxError("job.source must be the candidate's Python source text")
+        for name in ("timing_target_ms", "stop_above_ms"):
+            v = getattr(job, name)
+            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                      and math.isfinite(v) and v > 0):
+                raise SandboxError(f"{name} must be a positive number of milliseconds or None, got {v!r}")
+        kind = self.require(job.device)
+        small = job.small if job.small is not None else (kind == "cpu")
+        job = replace(job, device=kind, small=bool(small), limits=job.limits or self.limits)
+        job_id = uuid.uuid4().hex
+        data = job_data(job, job_id, self._cached_baselines(job))
+        fut: cf.Future = cf.Future()
+        fut.set_running_or_notify_cancel()
+        resources = {GPU_SLOT: 1} if kind == "cuda" else {CPU_SLOT: 1}
+        dfut = self.client.submit(_remote, data, key=f"kernellab-eval-{job_id}", resources=resources, pure=False,
+                                  retries=1)
+        with self._lock:
+            self._pending[job_id] = (dfut, fut)
+        dfut.add_done_callback(lambda d: self._done(job, job_id, d))
+        self._show()
+        return fut
+
+    def _cached_baselines(self, job: EvalJob) -> dict[str, dict]:
+        """The baselines of the job's problem known to the coordinator: this session's, then the store's."""
+        pid = job.problem.id
+        with self._lock:
+            rows = dict(self._baselines.get(pid, {}))
+        store = job.store
+        if store is not None and not job.retime:
+            lister = getattr(store, "_all", None)
+            if lister is not None:
+                try:
+                    for r in lister("select * from baselines where problem_id = ?", [pid]):
+                        rows.setdefault(r["key"], {k: v for k, v in r.items() if k not in ("key", "created_at")})
+                except Exception:  # the cache is an optimisation: a job without it measures its baseline
+                    pass
+        return _plain(rows)
+
+    def _done(self, job: EvalJob, job_id: str, dfut: Any) -> None:
+        with self._lock:
+            entry = self._pending.pop(job_id, None)
+            first = job_id not in self._delivered
+            self._delivered.add(job_id)
+        if entry is None or not first:  # delivered already (or cancelled by shutdown): once per job id
+            return
+        fut = entry[1]
+        try:
+            if dfut.status == "cancelled":
+                result = infra_result(job.config, "shutdown", "the executor was shut down")
+            else:
+                result = dfut.result()
+        except Exception as exc:  # workers kept dying under it, or a bug of ours: not the candidate's verdict
+            result = infra_result(job.config, "sandbox", f"the Dask task failed: {type(exc).__name__}: {exc}")
+        details = result.setdefault("details", {})
+        puts = details.pop("_baseline_puts", None) or []
+        if puts:  # measured by this job on its worker: the coordinator caches it for every worker
+            details["baseline_cached_by_coordinator"] = True
+        for key, row in puts:
+            with self._lock:
+                self._baselines.setdefault(job.problem.id, {})[key] = row
+            if job.store is not None:
+                try:
+                    job.store.put_baseline(key, row)
+                except Exception as exc:  # the cache is an optimisation: say so, go on
+                    details["baseline_store_error"] = repr(exc)
+        if job.tag is not None:
+            details["tag"] = job.tag
+        fut.set_result(result)
+        self._show()
+
+    def profile(self, problem: Problem, source: str, config: dict | None = None, small: bool = False) -> Any:
+        """:func:`kernellab.sandbox.profile` on a GPU worker of the cluster, inside that worker's exclusive hold
+        of its GPU (what a campaign calls for its new bests)."""
+        from ._profile import ProfileResult
+
+        data = {"problem": _problem_data(problem), "source": source, "config": config, "small": small}
+        try:
+            self.require("cuda")
+            out = self.client.submit(_remote_profile, data, resources={GPU_SLOT: 1}, pure=False, retries=1).result()
+        except SandboxError as exc:
+            return ProfileResult([], reason=f"profiling skipped: {exc}")
+        except Exception as exc:  # profiling is optional: say why, go on
+            return ProfileResult([], reason=f"profiling failed on the cluster: {type(exc).__name__}: {exc}")
+        return ProfileResult([tuple(r) for r in out["rows"]], reason=out["reason"], dropped=out["dropped"])
+
+    def worker_pids(self) -> dict[str, int]:
+        """Dask worker address -> the pid of its process (tests kill one)."""
+        return self.client.run(_worker_pid)
+
+    def shutdown(self, wait: bool = True) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            pending = list(self._pending.items())
+        for job_id, (dfut, fut) in pending:
+            dfut.cancel()
+            with self._lock:
+                self._pending.pop(job_id, None)
+                self._delivered.add(job_id)
+            if not fut.done():
+                fut.set_result(infra_result(None, "shutdown", "the executor was shut down"))
+        try:
+            self.client.close()
+        finally:
+            if self._cluster is not None:
+                self._cluster.close()
+
+
+def _remote_profile(data: dict) -> dict:
+    """Nsight Compute on this worker's GPU, inside its exclusive hold (no other job's work runs under it)."""
+    from distributed import get_worker
+
+    from ._profile import profile
+
+    ex = get_worker().kernellab_executor
+    problem = _problem_of(data["problem"])
+    with ex.exclusive_gpu(problem, small=bool(data["small"])) as gpu:
+        rows = profile(problem, data["source"], config=data.get("config"), small=bool(data["small"]), gpu=gpu)
+    return {"rows": _plain([list(r) for r in rows]), "reason": rows.reason, "dropped": _plain(rows.dropped)}
+
