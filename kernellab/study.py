@@ -11,7 +11,7 @@ the cell's configuration hash: after an edit of a prompt the same command runs t
 ``kernellab compare --by prompts`` sets the two versions side by side) instead of skipping them as
 finished.
 
-Records: the ``studies`` table holds the study's suite, shared settings and every cell with its
+Records: the ``strategy_studies`` table holds the study's suite, shared settings and every cell with its
 configuration hash (``compare --study`` reads the whole matrix from it, unfinished cells included);
 each campaign's config carries ``study = {names, cell, policy, agents, seed, prompts}``.
 """

@@ -80,12 +80,13 @@ def _initial(db: Database) -> None:
     )
 
 
-@migrations(name="0002_studies")
+@migrations(name="0002_strategy_studies")
 def _studies(db: Database) -> None:
     # A study (`kernellab study`) is a matrix of bench cells (policy x agents x seed) over one suite;
     # config_json holds the suite, the shared settings and each cell with its bench config hash, so
     # `kernellab compare --study` knows the whole matrix, cells not run yet included.
-    db["studies"].create({"name": str, "suite": str, "created_at": str, "updated_at": str, "config_json": str},
+    # not "studies": Optuna keeps its own table of that name in the same file
+    db["strategy_studies"].create({"name": str, "suite": str, "created_at": str, "updated_at": str, "config_json": str},
                          pk="name")
 
 

@@ -30,7 +30,7 @@ from ._schema import KNOWN, MIGRATION_SET, migrations
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 # sqlite-utils and our own tables; anything else in a file we did not create means "not ours"
 _OURS = {"campaigns", "problems", "candidates", "evaluations", "metrics", "llm_calls", "events",
-         "baselines", "studies", "_sqlite_migrations"}
+         "baselines", "strategy_studies", "_sqlite_migrations"}
 
 
 def _hash(*parts: str) -> str:
@@ -198,15 +198,15 @@ class SQLiteStore(BaseStore):
         more policies, agents or seeds); ``created_at`` is kept."""
         ts = now()
         with self._write() as c:
-            c.execute("INSERT INTO studies (name, suite, created_at, updated_at, config_json) VALUES (?,?,?,?,?) "
+            c.execute("INSERT INTO strategy_studies (name, suite, created_at, updated_at, config_json) VALUES (?,?,?,?,?) "
                       "ON CONFLICT(name) DO UPDATE SET suite = excluded.suite, updated_at = excluded.updated_at, "
                       "config_json = excluded.config_json", [name, suite, ts, ts, canonical_json(config)])
 
     def get_study(self, name: str) -> dict | None:
-        return self._one("select * from studies where name = ?", [name])
+        return self._one("select * from strategy_studies where name = ?", [name])
 
     def list_studies(self) -> list[dict]:
-        return self._all("select * from studies order by created_at")
+        return self._all("select * from strategy_studies order by created_at")
 
     # -- problems and candidates ---------------------------------------------------------------
     def add_problem(self, problem: Any) -> str:

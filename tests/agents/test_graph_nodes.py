@@ -245,6 +245,7 @@ class FlakyPlanner(BuiltinAgents):
     """The builtin agents, whose first ``plan`` call fails with ``error``."""
 
     def __init__(self, error: Exception):
+        super().__init__()
         self.error, self.calls = error, 0
 
     def plan(self, *args, **kw):

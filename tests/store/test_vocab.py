@@ -147,3 +147,17 @@ def test_space_reading_flattening_and_the_stored_form() -> None:
     assert space_from_source("SPACE = {'A': [1]}\nCONFIG = dict(A=1)\n") == {"A": [1]}
     with pytest.raises(SpaceError, match=r"CONFIG \(line 2\) must be a literal dict"):
         read_space("SPACE = {'A': [1]}\nCONFIG = dict(A=1)\n")
+
+
+def test_strategy_studies_and_optuna_studies_share_one_file(tmp_path):
+    """Optuna keeps a table named ``studies`` in the campaign's own file; kernellab's table of strategy
+    studies must not take that name (it did, and every tuning in a campaign failed to create its study)."""
+    import optuna
+    from kernellab.search._tune import optuna_storage
+
+    store = Store(tmp_path / "k.db")
+    store.put_study("s1", "starter", {"cells": []})
+    study = optuna.create_study(study_name="kernellab-x", storage=optuna_storage(store))
+    study.optimize(lambda t: t.suggest_int("a", 0, 3), n_trials=2)
+    assert store.get_study("s1")["suite"] == "starter"
+    assert len(optuna.load_study(study_name="kernellab-x", storage=optuna_storage(store)).trials) == 2
