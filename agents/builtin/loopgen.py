@@ -621,6 +621,7 @@ class _Gen:
         return "\n".join(L) + "\n"
 
 
+ONE_PASS_MAX_R = 32768  # the one_pass action's MAX_R: a 128 KiB fp32 row over 16 warps, 64 registers a thread
 WIDE_MIN = 1 << 21  # elements: 4096-wide blocks still give >= 512 programs (about 4 per SM)
 
 
@@ -654,15 +655,21 @@ def loop_kernel(graph: Graph, grp: Group, options: dict | None = None) -> LoopSo
             kernels.append(gen.one_pass())
         if mode in ("auto", "multi_pass"):
             kernels.append(gen.multi_pass())
+        max_r = 8192
         if mode == "one_pass":
             kernels.append(gen.multi_pass())  # the launcher still needs it when R is beyond one tile
             mode = "auto"
+            # the action's point: rows up to ONE_PASS_MAX_R stay in registers (auto loops beyond 8192),
+            # which reads a softmax's row once instead of twice; longer rows still loop
+            max_r = ONE_PASS_MAX_R
         # INNER_ROWS: 128 neighbours along a contiguous kept dim = 512 B per tile row in fp32
-        config = {"mode": mode, "MAX_R": int(options.get("MAX_R", 8192)), "TILE": int(options.get("TILE", 4096)),
+        config = {"mode": mode, "MAX_R": int(options.get("MAX_R", max_r)), "TILE": int(options.get("TILE", 4096)),
                   "BLOCK_R": int(options.get("BLOCK_R", 2048)), "num_warps": int(options.get("num_warps", 0)),
                   "INNER_ROWS": int(options.get("INNER_ROWS", 128))}
         space = {"MAX_R": [1024, 4096, 8192, 16384], "TILE": [1024, 2048, 4096, 8192],
                  "BLOCK_R": [512, 1024, 2048, 4096], "num_warps": [0, 2, 4, 8, 16], "INNER_ROWS": [32, 64, 128, 256]}
+        if config["MAX_R"] not in space["MAX_R"]:  # the tuner refuses a default outside its SPACE
+            space["MAX_R"] = sorted([*space["MAX_R"], config["MAX_R"]])
     src = "\n\n".join(kernels) + "\n\n" + gen.launcher()
     return LoopSource(grp.id, src, config, space, list(gen.ext_inputs), [o.value for o in gen.operands if o.is_output],
                       scalars=list(gen.scalars))

@@ -1,0 +1,198 @@
+"""The builtin planner's action space (planner.applicable_actions) on bundled problems: several distinct
+actions from the seed, every child correct in the real sandbox, and chains of actions three deep."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from kernellab.agents.builtin import Precision, build, built
+from kernellab.agents.builtin.actions import Fuse, ReductionMode, Split
+from kernellab.agents.builtin.codegen import allow_tf32
+from kernellab.agents.builtin.planner import Applicable, applicable_actions, modelled_time
+
+from kernellab import sandbox
+from kernellab.problem import Problem, load_problem
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBLEMS = ROOT / "experiments" / "problems"
+
+# problems whose seed offers at least four structural actions (GEMM + epilogue / row reduction, bmm,
+# a plain fp32 GEMM, two GEMMs in one block)
+WIDE = ["fusions/gemm_bias_gelu", "fusions/linear_softmax", "fusions/linear_layernorm", "ops/gemm_square",
+        "ops/bmm", "blocks/mlp"]
+# rows and pointwise problems: fewer actions from the seed, still each child correct
+NARROW = ["ops/softmax", "fusions/scaled_bias_softmax", "fusions/residual_layernorm", "fusions/pointwise_chain"]
+
+
+def _problem(name: str) -> Problem:
+    return load_problem(PROBLEMS / f"{name}.py")
+
+
+def _hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def _check(problem: Problem, source: str, what: str, device: str = "cpu", trials: int = 2) -> None:
+    result = sandbox.evaluate(problem, source, small=device == "cpu", device=device, trials=trials, timing=False)
+    assert result["status"] == "correct", f"{what}: {result['status']}: {(result['error_text'] or '')[:400]}"
+
+
+def _children(problem: Problem, device: str = "cpu", trials: int = 2) -> list[Applicable]:
+    """Every action from the seed gives a new source and a correct child."""
+    seed = build(problem)
+    seen = {_hash(seed.source)}
+    acts = applicable_actions(problem)
+    for x in acts:
+        code = build(problem, [x.action])
+        h = _hash(code.source)
+        assert h not in seen, f"{x.text}: the same source as the seed or a sibling"
+        seen.add(h)
+        assert code.action == x.text
+        _check(problem, code.source, x.text, device, trials)
+    return acts
+
+
+def _walk(problem: Problem, depth: int = 3, device: str = "cpu", trials: int = 2) -> list[str]:
+    """Apply the best-ranked action whose source is new, ``depth`` times; every step correct."""
+    actions: list = []
+    seen = {_hash(build(problem).source)}
+    texts = []
+    for _ in range(depth):
+        for x in applicable_actions(problem, actions):
+            code = build(problem, [*actions, x.action])
+            if _hash(code.source) not in seen:
+                break
+        else:
+            pytest.fail(f"no new child after {texts}")
+        seen.add(_hash(code.source))
+        _check(problem, code.source, " -> ".join([*texts, x.text]), device, trials)
+        actions.append(x.action)
+        texts.append(x.text)
+        assert code.meta["actions"] == [a.to_dict() for a in actions]
+    return texts
+
+
+@pytest.mark.parametrize("name", WIDE)
+def test_seed_has_four_distinct_correct_children(name):
+    acts = _children(_problem(name))
+    assert len(acts) >= 4, [x.text for x in acts]
+    assert len({x.text for x in acts}) == len(acts)
+    assert acts == sorted(acts, key=lambda x: -x.expected_gain)
+    for x in acts:
+        assert x.expected_gain > 0 and 0.0 <= x.share <= 1.0 + 1e-9
+        assert x.to_dict()["action"]["kind"] == x.action.kind
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_rows_and_pointwise_children_are_correct(name):
+    assert len(_children(_problem(name))) >= 2
+
+
+@pytest.mark.parametrize("name", ["fusions/gemm_bias_gelu", "ops/softmax", "fusions/scaled_bias_softmax"])
+def test_chains_reach_depth_three_with_distinct_correct_sources(name):
+    texts = _walk(_problem(name), 3)
+    assert len(texts) == 3
+
+
+def test_precision_follows_the_tolerance():
+    """fp32 at 1e-4: ieee and tf32x3 (where its error bound admits it), never plain tf32; the same
+    problem at 1e-2 may use tf32."""
+    p = _problem("fusions/gemm_bias_gelu")
+    assert p.settings()["atol"] == 1e-4 and not allow_tf32("float32", 1e-4, 1e-4)
+    precs = {x.action.precision for x in applicable_actions(p) if isinstance(x.action, Precision)}
+    assert precs == {"ieee"}  # the seed runs tf32x3 (a Linear weight)
+    ieee = [x.action for x in applicable_actions(p) if isinstance(x.action, Precision)]
+    back = {x.action.precision for x in applicable_actions(p, ieee) if isinstance(x.action, Precision)}
+    assert back == set()  # tf32x3 again would be the seed
+    # two fp32 inputs with K = 4096: 3xTF32's error exceeds 1e-4, so no cheaper precision at all
+    sq = _problem("ops/gemm_square")
+    assert not [x for x in applicable_actions(sq) if isinstance(x.action, Precision)]
+    loose = Problem("gemm_bias_gelu_loose", p.source + "\nATOL = 1e-2\nRTOL = 1e-2\n")
+    assert {x.action.precision for x in applicable_actions(loose) if isinstance(x.action, Precision)} \
+        == {"ieee", "tf32x3"}  # the seed runs tf32 there
+
+
+def test_undoing_an_action_is_not_offered():
+    """A child that returns to an ancestor's state (split then fuse back, a mode and back) is left out:
+    it would only rebuild a source the tree has."""
+    p = _problem("ops/softmax")
+    gid = built(p).groups[0].id
+    first = applicable_actions(p)
+    node = next(x.action.node for x in first if isinstance(x.action, Split))
+    after = applicable_actions(p, [Split(node)])
+    assert Fuse(node) not in [x.action for x in after]
+    after_mode = applicable_actions(p, [ReductionMode(gid, "multi_pass")])
+    assert ReductionMode(gid, "auto") not in [x.action for x in after_mode]  # back to the seed
+    twice = applicable_actions(p, [ReductionMode(gid, "multi_pass"), Split(node)])
+    assert Fuse(node) not in [x.action for x in twice]
+
+
+def test_fuse_moves_a_boundary_back_after_other_changes():
+    p = _problem("ops/softmax")
+    gid = built(p).groups[0].id
+    node = next(x.action.node for x in applicable_actions(p) if isinstance(x.action, Split))
+    acts = [Split(node), ReductionMode(gid, "one_pass")]
+    offered = [x.action for x in applicable_actions(p, acts)]
+    # fusing back now lands on a state no ancestor had (one-pass, unsplit)
+    assert Fuse(node) in offered
+
+
+def test_expected_gain_follows_the_cost_model():
+    """cuBLAS for an IEEE fp32 GEMM and split-K for a grid that leaves SMs idle rank first; splitting a
+    fused epilogue out costs a round trip of the GEMM's output and ranks below 1."""
+    sq = applicable_actions(_problem("ops/gemm_square"))
+    assert sq[0].action.kind == "library_gemm" and sq[0].expected_gain > 1.2
+    fused = applicable_actions(_problem("fusions/gemm_bias_gelu"))
+    split = next(x for x in fused if isinstance(x.action, Split))
+    assert split.expected_gain < 1.0
+    soft = applicable_actions(_problem("fusions/scaled_bias_softmax"))
+    assert all(x.expected_gain < 1.0 for x in soft if isinstance(x.action, Split))
+    # the modelled time of a child is consistent with its gain (share 1: one group)
+    p = _problem("ops/softmax")
+    x = applicable_actions(p)[0]
+    assert modelled_time(p) / modelled_time(p, [x.action]) == pytest.approx(x.expected_gain, rel=1e-6)
+
+
+def test_profile_shares_reorder_the_actions():
+    """A reference profile that puts 40% of the time in layer norm (``aten::native_layer_norm``, matched to
+    the groups that run it) raises the share of the layer-norm groups' actions from the model's ~1% to
+    20% each, and their gains move with it; addmm's time is split over the Linear groups by model time."""
+    p = _problem("blocks/transformer_block")
+    ln = next(g.id for g in built(p).groups if g.kind == "rows" and "layer_norm" in g.id)
+    ops = [{"name": "aten::addmm", "ms": 0.6, "share": 0.6}, {"name": "aten::native_layer_norm", "ms": 0.4,
+                                                              "share": 0.4}]
+    plain = {x.text: x for x in applicable_actions(p)}
+    prof = {x.text: x for x in applicable_actions(p, None, {"ops": ops})}
+    assert plain.keys() == prof.keys()
+    mine = [t for t, x in prof.items() if x.group == ln]
+    assert mine
+    for t in mine:
+        assert plain[t].share < 0.05 and prof[t].share == pytest.approx(0.2)
+        assert abs(prof[t].expected_gain - 1) > abs(plain[t].expected_gain - 1)
+    linear = {x.group: x.share for x in prof.values() if x.group.startswith("g_linear")}
+    assert sum(linear.values()) == pytest.approx(0.6, abs=0.01)
+
+
+def test_bad_candidate_is_refused():
+    with pytest.raises(ValueError, match="action list"):
+        applicable_actions(_problem("ops/softmax"), {"meta": {}})
+
+
+# -- the same on the GPU at full size (the lead runs these) -----------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.gpu_slow
+@pytest.mark.parametrize("name", WIDE + NARROW)
+def test_children_correct_on_gpu_at_full_size(name):
+    acts = _children(_problem(name), device="cuda", trials=3)
+    if name in WIDE:
+        assert len(acts) >= 4
+
+
+@pytest.mark.gpu
+@pytest.mark.gpu_slow
+@pytest.mark.parametrize("name", ["fusions/gemm_bias_gelu", "ops/softmax", "fusions/scaled_bias_softmax"])
+def test_chains_on_gpu_at_full_size(name):
+    assert len(_walk(_problem(name), 3, device="cuda", trials=3)) == 3
