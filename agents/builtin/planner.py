@@ -44,7 +44,7 @@ from .build import Built, built
 from .codegen import _reads_weight, allow_tf32, auto_split_k, default_precision, tf32x3_ok
 from .cost import modelled_seconds
 from .ir import Graph
-from .loopgen import pointwise_defaults
+from .loopgen import ONE_PASS_MAX_R, pointwise_defaults
 from .partition import Group, partition
 
 __all__ = ["Applicable", "applicable_actions", "modelled_time", "group_shares"]
@@ -219,7 +219,7 @@ def _rows_actions(b: Built, grp: Group, r: int) -> list[Action]:
     # auto runs one pass up to MAX_R=8192: a different mode is only a different kernel beyond or below it
     if mode != "multi_pass" and r >= 512:
         out.append(ReductionMode(grp.id, "multi_pass"))
-    if mode != "one_pass" and r > 8192:
+    if mode != "one_pass" and 8192 < r <= ONE_PASS_MAX_R:
         out.append(ReductionMode(grp.id, "one_pass"))
     if mode != "auto":
         out.append(ReductionMode(grp.id, "auto"))

@@ -182,9 +182,14 @@ def test_bad_candidate_is_refused():
 
 # -- the same on the GPU at full size (the lead runs these) -----------------------------------------
 
+# two problems in every GPU call (a fused tf32x3 GEMM, a 16384-long softmax: one-pass at MAX_R 32768);
+# the others on demand
+GPU_EVERY = ["fusions/gemm_bias_gelu", "ops/softmax"]
+
+
 @pytest.mark.gpu
-@pytest.mark.gpu_slow
-@pytest.mark.parametrize("name", WIDE + NARROW)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in GPU_EVERY else pytest.mark.gpu_slow)
+                                  for n in WIDE + NARROW])
 def test_children_correct_on_gpu_at_full_size(name):
     acts = _children(_problem(name), device="cuda", trials=3)
     if name in WIDE:
@@ -196,3 +201,29 @@ def test_children_correct_on_gpu_at_full_size(name):
 @pytest.mark.parametrize("name", ["fusions/gemm_bias_gelu", "ops/softmax", "fusions/scaled_bias_softmax"])
 def test_chains_on_gpu_at_full_size(name):
     assert len(_walk(_problem(name), 3, device="cuda", trials=3)) == 3
+
+
+def test_the_planner_role_expands_three_levels():
+    """BuiltinAgents.plan over a growing tree (each child correct, selected next): at least four
+    proposals from the seed, none repeated, and new sources three levels down."""
+    from kernellab.agents.builtin import BuiltinAgents
+
+    p = _problem("fusions/linear_softmax")
+    agents = BuiltinAgents()
+    code = build(p)
+    tree = [{"id": "n0", "parent_id": None, "meta": code.meta, "selected": True,
+             "best": {"status": "correct", "speedup_eager": 1.0}}]
+    hashes = {_hash(code.source)}
+    first = agents.plan(p, tree, 8, {})
+    assert len(first) >= 4 and len({repr(x.action) for x in first}) == len(first)
+    for depth in range(1, 4):
+        props = agents.plan(p, tree, 8, {})
+        parent = tree[-1]
+        child = next(c for c in (agents.code(p, x, parent) for x in props) if _hash(c.source) not in hashes)
+        hashes.add(_hash(child.source))
+        _check(p, child.source, child.action)
+        for r in tree:
+            r["selected"] = False
+        tree.append({"id": f"n{depth}", "parent_id": parent["id"], "meta": child.meta, "selected": True,
+                     "best": {"status": "correct", "speedup_eager": 1.0}})
+        assert len(child.meta["actions"]) == depth
