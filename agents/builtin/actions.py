@@ -172,6 +172,9 @@ class SplitK(Action):
 
 @dataclass(frozen=True)
 class Persistent(Action):
+    """About one program per SM (a GEMM) or four (a pointwise group) walks the tiles, or back to one
+    program per tile."""
+
     kind: ClassVar[str] = "persistent"
     group: str
     on: bool = True
@@ -180,7 +183,7 @@ class Persistent(Action):
         return state.with_variant(self.group, "persistent", bool(self.on))
 
     def describe(self) -> str:
-        return f"{'persistent' if self.on else 'one-tile-per-program'} matmul in {self.group}"
+        return f"{'persistent' if self.on else 'one-tile-per-program'} kernel in {self.group}"
 
 
 @dataclass(frozen=True)

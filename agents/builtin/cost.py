@@ -132,7 +132,10 @@ def _pointwise_seconds(c: GroupCost, variant: dict, numel: int) -> float:
     block = int(cfg.get("BLOCK", 4096 if numel >= (1 << 21) else 1024))
     # wide blocks vectorise loads on big domains; on small ones they leave SMs idle
     fits = (block >= 4096) if numel >= (1 << 21) else (block <= 1024)
-    return max(c.bytes / CEILING_BW, c.flops / _PEAK["float32"]) / (1.0 if fits else 0.95)
+    secs = max(c.bytes / CEILING_BW, c.flops / _PEAK["float32"]) / (1.0 if fits else 0.95)
+    if variant.get("persistent"):  # fewer launches of programs on big domains; a loop's overhead on small
+        secs /= 1.02 if numel >= (1 << 21) else 0.98
+    return secs
 
 
 def modelled_seconds(graph: Graph, groups: list[Group], variants: dict[str, dict],

@@ -507,6 +507,24 @@ class _Gen:
                      f"        f{k} = i0 * s{k}_0 + i1 * s{k}_1 + i2 * s{k}_2"]
         return self.pointwise_def(f"k_{self.name}", body)
 
+    def persistent(self) -> str:
+        """The flat kernel as a grid-stride loop: about a few programs per SM walk the blocks, so a big
+        domain pays for one program launch per SM instead of one per block."""
+        head = ["    pid = tl.program_id(0)", "    base = pid * BLOCK_R", "    step = tl.num_programs(0) * BLOCK_R",
+                "    if BIG:", "        base = base.to(tl.int64)", "        step = step.to(tl.int64)",
+                "    for start in range(base, NROWS, step):"]
+        body = ["idx = start + tl.arange(0, BLOCK_R)", "mask = idx < NROWS",
+                "i2 = idx % S2", "i1 = (idx // S2) % S1", "i0 = idx // (S2 * S1)"]
+        for k in range(len(self.operands)):
+            body += [f"if FULL{k}:", f"    f{k} = idx", "else:", f"    f{k} = i0 * s{k}_0 + i1 * s{k}_1 + i2 * s{k}_2"]
+        env: dict[str, str] = {}
+        body += self.emit_nodes(list(self.grp.nodes), env, False, set())
+        for k, op in enumerate(self.operands):
+            if op.is_output:
+                dt = _TL_DTYPE.get(self.g.node(op.value).dtype, "tl.int1")
+                body.append(f"tl.store(t{k} + f{k}, {_store_cast(env[op.value], dt)}, mask=mask)")
+        return self.kernel_def(f"k_{self.name}_persist", head + ["        " + ln for ln in body])
+
     def tiled(self) -> str:
         """Pointwise over a [BLOCK_ROWS, BLOCK_R] tile of (dim 1, dim 2) per program: when an input is
         contiguous along dim 1 but the output along dim 2 (a transpose), each side's accesses are
@@ -590,9 +608,18 @@ class _Gen:
                   f"        k_{self.name}_2d[grid](*ts, {''.join(c + ', ' for c in cs)}*sizes, n, 1, *flat, BLOCK_ROWS=tile, BLOCK_R=tile, "
                   f"BIG=big, {fulls}, num_warps=warps)",
                   f"        return {ret}",
-                  "    grid = (triton.cdiv(n, block),)",
-                  f"    k_{self.name}[grid](*ts, {''.join(c + ', ' for c in cs)}*sizes, n, 1, *flat, BLOCK_ROWS=1, BLOCK_R=block, BIG=big, "
-                  f"{fulls}, num_warps=warps)"]
+                  "    grid = (triton.cdiv(n, block),)"]
+            if self.opt.get("persistent"):
+                L += ['    progs = int(cfg.get("NUM_PROGS", 0))',
+                      "    if progs <= 0:  # 0: four programs per SM (the interpreter: three in all)",
+                      "        progs = 4 * torch.cuda.get_device_properties(dev).multi_processor_count if dev is not None "
+                      "and dev.type == 'cuda' else 3",
+                      "    grid = (min(grid[0], progs),)",
+                      f"    k_{self.name}_persist[grid](*ts, {''.join(c + ', ' for c in cs)}*sizes, n, 1, *flat, BLOCK_ROWS=1, "
+                      f"BLOCK_R=block, BIG=big, {fulls}, num_warps=warps)"]
+            else:
+                L += [f"    k_{self.name}[grid](*ts, {''.join(c + ', ' for c in cs)}*sizes, n, 1, *flat, BLOCK_ROWS=1, "
+                      f"BLOCK_R=block, BIG=big, {fulls}, num_warps=warps)"]
         else:
             L += [f"    fulls_in = [st for st, kd in zip(strides[:{len(ins)}], {kinds[:len(ins)]!r}) if kd == 'full']",
                   "    inner = sizes[2] > 1 and r > 1 and bool(fulls_in) and all(st[2] == 1 and st[3] != 1 and st[4] != 1 for st in fulls_in)",
@@ -642,12 +669,14 @@ def loop_kernel(graph: Graph, grp: Group, options: dict | None = None) -> LoopSo
     gen = _Gen(graph, grp, options)
     gen.collect()
     if grp.kind == "pointwise":
-        kernels = [gen.flat(), gen.tiled()]
+        kernels = [gen.persistent() if options.get("persistent") else gen.flat(), gen.tiled()]
         dflt = pointwise_defaults(grp.domain)
         # TILE_2D: 64x64 fp32 = 16 KB through shared memory, 256-byte runs on both sides of a transpose
         config = {"BLOCK": int(options.get("BLOCK", dflt["BLOCK"])), "num_warps": int(options.get("num_warps", dflt["num_warps"])),
                   "TILE_2D": int(options.get("TILE_2D", 64))}
         space = {"BLOCK": [256, 512, 1024, 2048, 4096], "num_warps": [2, 4, 8], "TILE_2D": [32, 64, 128]}
+        if options.get("persistent"):
+            config["NUM_PROGS"] = int(options.get("NUM_PROGS", 0))
     else:
         mode = options.get("mode", "auto")
         kernels = []

@@ -103,6 +103,8 @@ def _state_key(problem: Problem, graph: Graph, state: State) -> str:
             eff[g.id].setdefault("fp32_precision", _precisions(problem, graph, [g], state)[g.id])
         elif g.kind == "rows":
             eff[g.id].setdefault("mode", "auto")
+        elif g.kind == "pointwise":
+            eff[g.id].setdefault("persistent", False)
     return json.dumps([sorted(opts.cuts), sorted(opts.torch_nodes), sorted(opts.no_row_fusion),
                        sorted(opts.library_gemm), eff], sort_keys=True, default=str)
 
@@ -240,6 +242,7 @@ def _pointwise_actions(b: Built, grp: Group) -> list[Action]:
         out.append(SetConfig(grp.id, (("BLOCK", 4096), ("num_warps", 8)), "vectorised loads"))
     if block > 1024:  # the seed is wide already: the other side of the rule
         out.append(SetConfig(grp.id, (("BLOCK", 1024), ("num_warps", 4)), "narrower blocks"))
+    out.append(Persistent(grp.id, not b.state.variant(grp.id).get("persistent", False)))
     nodes = _compute_nodes(b, grp)
     if len(nodes) >= 2:
         out.append(Split(nodes[len(nodes) // 2]))

@@ -23,7 +23,8 @@ PROBLEMS = ROOT / "experiments" / "problems"
 WIDE = ["fusions/gemm_bias_gelu", "fusions/linear_softmax", "fusions/linear_layernorm", "ops/gemm_square",
         "ops/bmm", "blocks/mlp"]
 # rows and pointwise problems: fewer actions from the seed, still each child correct
-NARROW = ["ops/softmax", "fusions/scaled_bias_softmax", "fusions/residual_layernorm", "fusions/pointwise_chain"]
+NARROW = ["ops/softmax", "fusions/scaled_bias_softmax", "fusions/residual_layernorm", "fusions/pointwise_chain",
+          "ops/gelu"]
 
 
 def _problem(name: str) -> Problem:
@@ -173,6 +174,25 @@ def test_profile_shares_reorder_the_actions():
         assert abs(prof[t].expected_gain - 1) > abs(plain[t].expected_gain - 1)
     linear = {x.group: x.share for x in prof.values() if x.group.startswith("g_linear")}
     assert sum(linear.values()) == pytest.approx(0.6, abs=0.01)
+
+
+def test_persistent_pointwise_walks_several_blocks_per_program(load):
+    """The persistent pointwise kernel is a grid-stride loop: on the interpreter three programs cover the
+    small domain's five 1024-wide blocks, and the output matches the flat kernel's."""
+    import torch
+    from kernellab.agents.builtin import Persistent
+
+    from kernellab.problem import instantiate
+
+    p = _problem("fusions/pointwise_chain")
+    gid = next(g.id for g in built(p).groups if g.kind == "pointwise")
+    code = build(p, [Persistent(gid)])
+    assert f"k_{gid}_persist[grid]" in code.source and f"k_{gid}[grid]" not in code.source
+    inst = instantiate(p, small=True, seed=0)
+    assert inst.inputs[0].numel() > 4 * 1024
+    cand = instantiate(p, small=True, seed=0, model_cls=load(code.source).ModelNew)
+    with torch.no_grad():
+        torch.testing.assert_close(cand.model(*inst.inputs), inst.model(*inst.inputs), atol=1e-4, rtol=1e-4)
 
 
 def test_bad_candidate_is_refused():
