@@ -200,7 +200,8 @@ def test_bad_candidate_is_refused():
         applicable_actions(_problem("ops/softmax"), {"meta": {}})
 
 
-# -- the same on the GPU at full size (the lead runs these) -----------------------------------------
+# -- the same on the GPU at full size (the lead runs these); four trials reach the sandbox's "mixed"
+# distribution (magnitudes 1e-3..10), the hardest for a reordered fp32 sum (split-K) and for 3xTF32 ---
 
 # two problems in every GPU call (a fused tf32x3 GEMM, a 16384-long softmax: one-pass at MAX_R 32768);
 # the others on demand
@@ -211,7 +212,7 @@ GPU_EVERY = ["fusions/gemm_bias_gelu", "ops/softmax"]
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in GPU_EVERY else pytest.mark.gpu_slow)
                                   for n in WIDE + NARROW])
 def test_children_correct_on_gpu_at_full_size(name):
-    acts = _children(_problem(name), device="cuda", trials=3)
+    acts = _children(_problem(name), device="cuda", trials=4)
     if name in WIDE:
         assert len(acts) >= 4
 
@@ -220,7 +221,7 @@ def test_children_correct_on_gpu_at_full_size(name):
 @pytest.mark.gpu_slow
 @pytest.mark.parametrize("name", ["fusions/gemm_bias_gelu", "ops/softmax", "fusions/scaled_bias_softmax"])
 def test_chains_on_gpu_at_full_size(name):
-    assert len(_walk(_problem(name), 3, device="cuda", trials=3)) == 3
+    assert len(_walk(_problem(name), 3, device="cuda", trials=4)) == 3
 
 
 def test_the_planner_role_expands_three_levels():
