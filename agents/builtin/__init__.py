@@ -21,6 +21,7 @@ from .actions import (
     SetConfig,
     Split,
     SplitK,
+    SplitRows,
     State,
     ToTorch,
     action_from_dict,
@@ -35,6 +36,6 @@ from .planner import Applicable, applicable_actions, modelled_time
 __all__ = [
     "BuiltinAgents", "seed", "build", "built", "graph_of", "capture", "CaptureError", "partition", "Group",
     "Options", "candidate_actions", "profile_reference", "allow_tf32", "TF32_MIN_TOL", "Action", "State",
-    "Split", "Fuse", "ToTorch", "LibraryGemm", "KeepRowOut", "ReductionMode", "SplitK", "Persistent",
+    "Split", "Fuse", "ToTorch", "LibraryGemm", "KeepRowOut", "ReductionMode", "SplitK", "SplitRows", "Persistent",
     "Precision", "SetConfig", "action_from_dict", "Applicable", "applicable_actions", "modelled_time",
 ]

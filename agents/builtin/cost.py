@@ -124,7 +124,9 @@ def _rows_seconds(c: GroupCost, variant: dict, in_bytes: float) -> float:
     secs = max(nbytes / CEILING_BW, c.flops / _PEAK["float32"])
     if one and r > 8192:
         secs /= 0.85
-    return secs
+    # a program per row (per chunk of a row in a split reduction): fewer programs than SMs idle the rest
+    progs = c.dims.get("rows", 1) * int(variant.get("split_r", 1) or 1)
+    return secs / min(1.0, progs / SMS)
 
 
 def _pointwise_seconds(c: GroupCost, variant: dict, numel: int) -> float:

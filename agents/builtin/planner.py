@@ -2,7 +2,7 @@
 
 ``applicable_actions(problem, candidate)`` lists every structural action that applies to a
 candidate (a GEMM's split-K, persistent tiles, dot precision, cuBLAS; a row group's one- or two-pass
-template; moving a fusion boundary: split one op out of a group or fuse it back; a few named tile
+template, a split reduction for few long rows; moving a fusion boundary: split one op out of a group or fuse it back; a few named tile
 presets), each with the cost model's expected whole-model gain. Tuning parameters (tile sizes,
 warps, stages, vector width) are not actions: they sit in the candidate's SPACE with CONFIG
 defaults, and the tuner explores them.
@@ -38,16 +38,19 @@ from .actions import (
     SetConfig,
     Split,
     SplitK,
+    SplitRows,
     State,
 )
 from .build import Built, built
 from .codegen import _reads_weight, allow_tf32, auto_split_k, default_precision, tf32x3_ok
-from .cost import modelled_seconds
+from .cost import SMS, modelled_seconds
 from .ir import Graph
-from .loopgen import ONE_PASS_MAX_R, pointwise_defaults
+from .loopgen import ONE_PASS_MAX_R, pointwise_defaults, split_reduction_ok
 from .partition import Group, partition
 
 __all__ = ["Applicable", "applicable_actions", "modelled_time", "group_shares"]
+
+SPLIT_MIN_R = 1 << 16  # a split reduction is offered for rows at least this long (and fewer rows than SMs)
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ def _state_key(problem: Problem, graph: Graph, state: State) -> str:
             eff[g.id].setdefault("fp32_precision", _precisions(problem, graph, [g], state)[g.id])
         elif g.kind == "rows":
             eff[g.id].setdefault("mode", "auto")
+            eff[g.id].setdefault("split_r", 1)
         elif g.kind == "pointwise":
             eff[g.id].setdefault("persistent", False)
     return json.dumps([sorted(opts.cuts), sorted(opts.torch_nodes), sorted(opts.no_row_fusion),
@@ -225,6 +229,13 @@ def _rows_actions(b: Built, grp: Group, r: int) -> list[Action]:
         out.append(ReductionMode(grp.id, "one_pass"))
     if mode != "auto":
         out.append(ReductionMode(grp.id, "auto"))
+    rows = math.prod(grp.domain) // max(1, r)
+    if r >= SPLIT_MIN_R and rows < SMS and not variant.get("split_r") and split_reduction_ok(b.graph, grp):
+        # enough chunks for about four programs per SM, each chunk >= 256 long
+        parts = 1
+        while rows * parts < 4 * SMS and r // (parts * 2) >= 256 and parts < 256:
+            parts *= 2
+        out.append(SplitRows(grp.id, parts))
     nodes = _compute_nodes(b, grp)
     reds = [i for i, n in enumerate(nodes) if b.graph.node(n).kind == "reduce"]
     if reds and reds[0] > 0:  # a prologue: it becomes a pointwise kernel that writes its result

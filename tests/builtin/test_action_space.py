@@ -195,6 +195,55 @@ def test_persistent_pointwise_walks_several_blocks_per_program(load):
         torch.testing.assert_close(cand.model(*inst.inputs), inst.model(*inst.inputs), atol=1e-4, rtol=1e-4)
 
 
+LOSS = """import torch
+
+rows = 4
+n = 1 << 20
+SMALL = {"rows": 3, "n": 4096}
+
+
+class Model(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.mean((a - b) ** 2)
+
+
+def get_inputs():
+    return [torch.randn(rows, n), torch.randn(rows, n)]
+
+
+def get_init_inputs():
+    return []
+"""
+ROWMAX = LOSS.replace("torch.mean((a - b) ** 2)", "torch.amax(a * 2.0 - b, dim=-1), torch.sum(a, dim=1)")
+
+
+@pytest.mark.parametrize("src", [LOSS, ROWMAX], ids=["mse_loss", "row_max_sum"])
+def test_split_reduction_for_few_long_rows(src):
+    """A mean over everything (one row) and a max / sum over 4 rows of 2^20: one program a row would
+    leave the GPU idle, so the planner offers a split reduction, ranked first by the model; the child
+    launches chunks as rows of their own (SPLIT_R, tunable) and is correct in the sandbox at SMALL size,
+    where 3 x 4096 elements still split into chunks of >= 256."""
+    from kernellab.agents.builtin import SplitRows
+
+    p = Problem("split_rows_case", src)
+    acts = applicable_actions(p)
+    splits = [x for x in acts if isinstance(x.action, SplitRows)]
+    assert splits and acts[0].action.kind == "split_rows" and splits[0].expected_gain > 1.5
+    code = build(p, [x.action for x in splits])
+    assert "'SPLIT_R': " in code.source and "ws = [torch.empty((nrows, sp)" in code.source
+    _check(p, code.source, ", ".join(x.text for x in splits), trials=3)
+    # the tuner may turn it off again: SPLIT_R=1 takes the one-program-a-row path
+    from kernellab.search._tune import flatten_space, parse_space, read_space
+
+    space, config = read_space(code.source)
+    gid = splits[0].group
+    assert 1 in space[gid]["SPLIT_R"] and config[gid]["SPLIT_R"] in space[gid]["SPLIT_R"]
+    parse_space(*flatten_space(space, config))
+    result = sandbox.evaluate(p, code.source, config={gid: {"SPLIT_R": 1}}, small=True, device="cpu", trials=2,
+                              timing=False)
+    assert result["status"] == "correct", result["error_text"]
+
+
 def test_bad_candidate_is_refused():
     with pytest.raises(ValueError, match="action list"):
         applicable_actions(_problem("ops/softmax"), {"meta": {}})
