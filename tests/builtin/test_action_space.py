@@ -297,3 +297,14 @@ def test_the_planner_role_expands_three_levels():
         tree.append({"id": f"n{depth}", "parent_id": parent["id"], "meta": child.meta, "selected": True,
                      "best": {"status": "correct", "speedup_eager": 1.0}})
         assert len(child.meta["actions"]) == depth
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("src", [LOSS, ROWMAX], ids=["mse_loss", "row_max_sum"])
+def test_split_reduction_on_gpu_at_full_size(src):
+    from kernellab.agents.builtin import SplitRows
+
+    p = Problem("split_rows_case", src)
+    splits = [x.action for x in applicable_actions(p) if isinstance(x.action, SplitRows)]
+    assert splits
+    _check(p, build(p, splits).source, "split reduction", device="cuda", trials=4)
