@@ -4,7 +4,8 @@ capture (``capture.py``: torch.export / make_fx at two sizes) -> lowering to poi
 GEMM IR (``lower.py``) -> fusion groups (``partition.py``) -> one Triton kernel per group
 (``loopgen.py`` for pointwise and row reductions, ``gemm.py`` templates for GEMMs) in one candidate
 file (``codegen.py``); replayable actions (``actions.py``) make every candidate its parent plus one
-action; rule-based roles in ``agents.py``.
+action; the action space with the cost model's expected gains in ``planner.py``; rule-based roles in
+``agents.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .actions import (
     SetConfig,
     Split,
     SplitK,
+    SplitRows,
     State,
     ToTorch,
     action_from_dict,
@@ -29,10 +31,11 @@ from .build import build, built, graph_of
 from .capture import CaptureError, capture
 from .codegen import TF32_MIN_TOL, allow_tf32
 from .partition import Group, Options, partition
+from .planner import Applicable, applicable_actions, modelled_time
 
 __all__ = [
     "BuiltinAgents", "seed", "build", "built", "graph_of", "capture", "CaptureError", "partition", "Group",
     "Options", "candidate_actions", "profile_reference", "allow_tf32", "TF32_MIN_TOL", "Action", "State",
-    "Split", "Fuse", "ToTorch", "LibraryGemm", "KeepRowOut", "ReductionMode", "SplitK", "Persistent",
-    "Precision", "SetConfig", "action_from_dict",
+    "Split", "Fuse", "ToTorch", "LibraryGemm", "KeepRowOut", "ReductionMode", "SplitK", "SplitRows", "Persistent",
+    "Precision", "SetConfig", "action_from_dict", "Applicable", "applicable_actions", "modelled_time",
 ]

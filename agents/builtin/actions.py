@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from .partition import Options
 
 __all__ = ["State", "Action", "Split", "Fuse", "ToTorch", "LibraryGemm", "KeepRowOut", "ReductionMode",
-           "SplitK", "Persistent", "Precision", "SetConfig", "action_from_dict", "ACTIONS"]
+           "SplitK", "SplitRows", "Persistent", "Precision", "SetConfig", "action_from_dict", "ACTIONS"]
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,31 @@ class SplitK(Action):
 
 
 @dataclass(frozen=True)
+class SplitRows(Action):
+    """Split reduction: each long row of ``group`` is cut into ``parts`` chunks reduced by programs of
+    their own, then the partials are combined (few rows would otherwise leave the GPU idle)."""
+
+    kind: ClassVar[str] = "split_rows"
+    group: str
+    parts: int
+
+    def __post_init__(self) -> None:
+        if int(self.parts) < 1:
+            raise ValueError(f"split_rows parts must be >= 1, not {self.parts!r}")
+
+    def apply(self, state: State) -> State:
+        return state.with_variant(self.group, "split_r", int(self.parts))
+
+    def describe(self) -> str:
+        return f"split reduction ({self.parts} chunks a row) in {self.group}" if self.parts > 1 else \
+            f"one program a row in {self.group}"
+
+
+@dataclass(frozen=True)
 class Persistent(Action):
+    """About one program per SM (a GEMM) or four (a pointwise group) walks the tiles, or back to one
+    program per tile."""
+
     kind: ClassVar[str] = "persistent"
     group: str
     on: bool = True
@@ -180,7 +204,7 @@ class Persistent(Action):
         return state.with_variant(self.group, "persistent", bool(self.on))
 
     def describe(self) -> str:
-        return f"{'persistent' if self.on else 'one-tile-per-program'} matmul in {self.group}"
+        return f"{'persistent' if self.on else 'one-tile-per-program'} kernel in {self.group}"
 
 
 @dataclass(frozen=True)
@@ -221,7 +245,7 @@ class SetConfig(Action):
 
 
 ACTIONS: dict[str, type] = {c.kind: c for c in (Split, Fuse, ToTorch, LibraryGemm, KeepRowOut, ReductionMode,
-                                               SplitK, Persistent, Precision, SetConfig)}
+                                               SplitK, SplitRows, Persistent, Precision, SetConfig)}
 
 
 def action_from_dict(d: dict[str, Any]) -> Action:

@@ -1,9 +1,10 @@
 """The rule-based roles: ``BuiltinAgents`` implements ``kernellab.agents.roles.Agents`` offline.
 
-- **plan**: for each selected correct node, list the actions that apply to its groups, estimate each
-  one's whole-model gain by Amdahl's law (the group's share of the time — from the reference
-  profile's op times when they cover the model, else from roofline costs — times a per-action local
-  speedup), drop actions already tried from that node, and propose the best ``k``.
+- **plan**: for each selected correct node, list the actions that apply to its groups with their
+  expected whole-model gain (``planner.applicable_actions``: Amdahl's law over the group's share of
+  the time — from the reference profile's op times when they cover the model, else from the cost
+  model — and the cost model's local speedup), drop actions already tried from that node, and
+  propose the best ``k``.
 - **code**: replay the parent's action list plus the proposal's action (``build``).
 - **debug**: out of shared memory / registers -> smaller tiles; wrong results -> IEEE dot, then a
   two-pass reduction, then unfusing the row reduction, then cuBLAS; a compile or runtime error in one
@@ -14,7 +15,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
@@ -25,12 +25,10 @@ from .actions import (
     Action,
     KeepRowOut,
     LibraryGemm,
-    Persistent,
     Precision,
     ReductionMode,
     SetConfig,
     Split,
-    SplitK,
     ToTorch,
     action_from_dict,
 )
@@ -39,14 +37,10 @@ from .codegen import allow_tf32, default_precision
 from .cost import CEILING_BW, group_costs, peak_flops
 from .inductor import ACTION as INDUCTOR_ACTION
 from .inductor import inductor_proposal, inductor_seed
-from .loopgen import pointwise_defaults
+from .planner import applicable_actions
 
 __all__ = ["BuiltinAgents", "seed", "candidate_actions", "profile_reference"]
 
-_SMS = 132  # H200 streaming multiprocessors: a GEMM grid smaller than this leaves SMs idle
-# local speedup guesses per action kind (for Amdahl ranking only; the sandbox measures the truth)
-_GUESS = {"split_k": 1.6, "persistent": 1.05, "precision": 2.0, "library_gemm": 1.3, "keep_row_out": 0.9,
-          "reduction_mode": 1.05, "set_config": 1.03, "split": 0.9, "fuse": 1.2, "to_torch": 0.5}
 
 
 def _actions_of(row: dict | None) -> list[dict] | None:
@@ -77,65 +71,9 @@ def seed(problem: Problem) -> list[Code]:
 
 
 def candidate_actions(problem: Problem, b: Built) -> list[tuple[Action, str]]:
-    """(action, group id) pairs that apply to the candidate ``b``."""
-    costs = {c.group: c for c in group_costs(b.graph, b.groups)}
-    out: list[tuple[Action, str]] = []
-    done = {a.describe() for a in b.actions}
-    for grp in b.groups:
-        c = costs.get(grp.id)
-        variant = b.state.variant(grp.id)
-        if grp.kind == "gemm" and c is not None:
-            m, n, k = c.dims.get("M", 1), c.dims.get("N", 1), c.dims.get("K", 1)
-            tiles = math.ceil(m / 128) * math.ceil(n / 128) * c.dims.get("B", 1)
-            if not grp.row_reduction and tiles < _SMS and k >= 1024:
-                out.append((SplitK(grp.id, 4 if k < 8192 else 8), grp.id))
-            if tiles > 2 * _SMS and not variant.get("persistent"):
-                out.append((Persistent(grp.id), grp.id))
-            prec = _precision(problem, b, grp)
-            if prec == "ieee":
-                # tf32x3 is not proposed here: the tolerances do not admit it (codegen.tf32x3_ok), and
-                # a win the sandbox's mixed-magnitude trial would reject is no win
-                out.append((LibraryGemm(grp.gemm), grp.id))
-            if grp.row_reduction:
-                out.append((KeepRowOut(grp.id), grp.id))
-            out.append((SetConfig(grp.id, (("GROUP_M", 16),), "tile ordering"), grp.id))
-        elif grp.kind == "rows" and c is not None:
-            r = c.dims.get("R", 1)
-            mode = variant.get("mode", "auto")
-            if mode != "multi_pass" and r > 1024:
-                out.append((ReductionMode(grp.id, "multi_pass"), grp.id))
-            if mode != "one_pass" and r > 8192:
-                out.append((ReductionMode(grp.id, "one_pass"), grp.id))
-        elif grp.kind == "pointwise":
-            block = int((variant.get("config") or {}).get("BLOCK", pointwise_defaults(grp.domain)["BLOCK"]))
-            if block < 4096:
-                out.append((SetConfig(grp.id, (("BLOCK", 4096), ("num_warps", 8)), "vectorised loads"), grp.id))
-            else:  # the seed is wide already: the other side of the rule
-                out.append((SetConfig(grp.id, (("BLOCK", 1024), ("num_warps", 4)), "narrower blocks"), grp.id))
-    return [(a, g) for a, g in out if a.describe() not in done]
-
-
-def _shares(problem: Problem, b: Built, reference: dict) -> dict[str, float]:
-    """Each group's share of the model's time."""
-    costs = group_costs(b.graph, b.groups)
-    total = sum(c.seconds for c in costs) or 1.0
-    shares = {c.group: c.seconds / total for c in costs}
-    ops = (reference or {}).get("ops") or []
-    if ops:
-        by_op: dict[str, float] = {}
-        for o in ops:
-            key = str(o.get("name", "")).split("::")[-1].split(".")[0]
-            by_op[key] = by_op.get(key, 0.0) + float(o.get("share") or 0.0)
-        meas: dict[str, float] = {}
-        for grp in b.groups:
-            names = {b.graph.node(n).origin.split(":")[0] or b.graph.node(n).op.split(".")[0] for n in grp.nodes}
-            if grp.kind == "gemm":
-                names |= {"mm", "addmm", "linear", "matmul", "bmm"}
-            meas[grp.id] = sum(v for k, v in by_op.items() if k in names)
-        covered = sum(meas.values())
-        if covered >= 0.5:  # the profile explains most of the time: trust it over the roofline
-            return {g: v / covered for g, v in meas.items()}
-    return shares
+    """(action, group id) pairs that apply to the candidate ``b``, best expected gain first
+    (``planner.applicable_actions`` has the gains)."""
+    return [(x.action, x.group) for x in applicable_actions(problem, b)]
 
 
 class BuiltinAgents:
@@ -175,21 +113,16 @@ class BuiltinAgents:
             if acts is None:  # not a builtin candidate: nothing to replay
                 continue
             tried = {_last_action_key(c) for c in tree if c.get("parent_id") == row["id"]}
-            b = built(problem, acts)
-            shares = _shares(problem, b, reference)
             hints = " ".join((row.get("analysis") or {}).get("next_ideas") or [])
-            for action, gid in candidate_actions(problem, b):
-                key = repr(sorted(action.to_dict().items()))
+            for x in applicable_actions(problem, built(problem, acts), reference):
+                key = repr(sorted(x.action.to_dict().items()))
                 if key in tried:
                     continue
-                s = _GUESS.get(action.kind, 1.0)
-                share = shares.get(gid, 0.0)
-                gain = 1.0 / ((1.0 - share) + share / s)
-                if action.kind in hints:  # the analyst asked for this kind of change
+                gain = x.expected_gain
+                if x.action.kind in hints:  # the analyst asked for this kind of change
                     gain *= 1.05
-                scored.append((gain, Proposal(row["id"], action.describe(),
-                                              f"{gid} takes ~{share:.0%} of the time; expected local x{s:.2f}",
-                                              expected_gain=round(gain, 3), action=action.to_dict())))
+                scored.append((gain, Proposal(row["id"], x.text, x.reason, expected_gain=round(gain, 3),
+                                              action=x.action.to_dict())))
         scored.sort(key=lambda t: -t[0])
         return [p for _, p in scored[:k]]
 

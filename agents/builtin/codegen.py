@@ -352,7 +352,8 @@ def generate(problem_name: str, problem_source: str, graph: Graph, groups: list[
             ss = special_kernel(graph, grp, variant.get("config") or {})
             src, call, cfg, spc = ss.source, ss.call, ss.config, ss.space
         else:
-            opts = {**(variant.get("config") or {}), "mode": variant.get("mode", "auto")}
+            opts = {**(variant.get("config") or {}), "mode": variant.get("mode", "auto"),
+                    "persistent": bool(variant.get("persistent", False)), "split_r": int(variant.get("split_r", 1))}
             ls = loop_kernel(graph, grp, opts)
             src, cfg, spc = ls.source, ls.config, ls.space
             outs = ", ".join(ls.outputs)

@@ -29,7 +29,7 @@ from .ir import Dyn, Graph, Node, Ref
 from .partition import Group
 from .pointwise import BOOL_OPS, emit_pw, literal, round_to
 
-__all__ = ["loop_kernel", "LoopSource", "RUNTIME_HELPERS", "pointwise_defaults"]
+__all__ = ["loop_kernel", "LoopSource", "RUNTIME_HELPERS", "pointwise_defaults", "split_reduction_ok"]
 
 RUNTIME_HELPERS = '''
 def _kl_align(t, lead, insert):
@@ -507,6 +507,24 @@ class _Gen:
                      f"        f{k} = i0 * s{k}_0 + i1 * s{k}_1 + i2 * s{k}_2"]
         return self.pointwise_def(f"k_{self.name}", body)
 
+    def persistent(self) -> str:
+        """The flat kernel as a grid-stride loop: about a few programs per SM walk the blocks, so a big
+        domain pays for one program launch per SM instead of one per block."""
+        head = ["    pid = tl.program_id(0)", "    base = pid * BLOCK_R", "    step = tl.num_programs(0) * BLOCK_R",
+                "    if BIG:", "        base = base.to(tl.int64)", "        step = step.to(tl.int64)",
+                "    for start in range(base, NROWS, step):"]
+        body = ["idx = start + tl.arange(0, BLOCK_R)", "mask = idx < NROWS",
+                "i2 = idx % S2", "i1 = (idx // S2) % S1", "i0 = idx // (S2 * S1)"]
+        for k in range(len(self.operands)):
+            body += [f"if FULL{k}:", f"    f{k} = idx", "else:", f"    f{k} = i0 * s{k}_0 + i1 * s{k}_1 + i2 * s{k}_2"]
+        env: dict[str, str] = {}
+        body += self.emit_nodes(list(self.grp.nodes), env, False, set())
+        for k, op in enumerate(self.operands):
+            if op.is_output:
+                dt = _TL_DTYPE.get(self.g.node(op.value).dtype, "tl.int1")
+                body.append(f"tl.store(t{k} + f{k}, {_store_cast(env[op.value], dt)}, mask=mask)")
+        return self.kernel_def(f"k_{self.name}_persist", head + ["        " + ln for ln in body])
+
     def tiled(self) -> str:
         """Pointwise over a [BLOCK_ROWS, BLOCK_R] tile of (dim 1, dim 2) per program: when an input is
         contiguous along dim 1 but the output along dim 2 (a transpose), each side's accesses are
@@ -537,6 +555,65 @@ class _Gen:
         head = ["@triton.jit", f"def {name}(", *[f"    {p}," for p in self.params()], "):",
                 f"    # operands: {ops}"]
         return "\n".join(head + body) + "\n"
+
+    # -- split reductions -------------------------------------------------------------------------
+    def split_ops(self) -> list[str] | None:
+        """The reduce op of each output when the group can split its rows across programs: one level
+        of sum / mean / amax / amin (no reduction reads another), every output one of those
+        reductions, in float32 (the partials are stored in the output's type). None otherwise."""
+        if not self.rows:
+            return None
+        reds = {n for n in self.grp.nodes if self.g.node(n).kind == "reduce"}
+        for n in reds:
+            node = self.g.node(n)
+            if node.op not in ("sum", "mean", "amax", "amin") or node.attrs.get("correction"):
+                return None
+            stack = [a.name for a in node.args if isinstance(a, Ref)]
+            while stack:  # no reduction upstream inside the group
+                m = stack.pop()
+                if m in reds:
+                    return None
+                if m in self.members:
+                    stack += [a.name for a in self.g.node(m).args if isinstance(a, Ref)]
+        outs = [o for o in self.operands if o.is_output]
+        if not outs or any(o.value not in reds or self.g.node(o.value).dtype != "float32" for o in outs):
+            return None
+        return [self.g.node(o.value).op for o in outs]
+
+    def split_branch(self, n_in: int, cs: list[str], outs: list[str], ops: list[str]) -> list[str]:
+        """Launcher lines: with few rows and a long innermost reduced run, each row is cut into ``sp``
+        chunks that run as rows of their own (the split index becomes the innermost kept dim); the
+        kernel writes one partial per chunk and PyTorch combines the ``sp`` partials of each row (equal
+        chunks: a mean of means is the mean). The reduced run must divide evenly."""
+        combine = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin"}
+        nf = len(self.operands)
+        L = ['    sp = int(cfg.get("SPLIT_R", 1))',
+             "    while sp > 1 and (sizes[4] % sp or sizes[4] // sp < 256):",
+             "        sp //= 2",
+             '    if sp > 1 and sizes[0] == 1 and nrows < int(cfg.get("SPLIT_MAX_ROWS", 1024)):',
+             f"        ws = [torch.empty((nrows, sp), device=dev, dtype=torch.float32) for _ in range({len(outs)})]",
+             "        chunk = sizes[4] // sp",
+             f"        st2 = [[st[1], st[2], st[4] * chunk, st[3], st[4]] for st in strides[:{n_in}]]",
+             "        st2 += [[sizes[2] * sp, sp, 1, 0, 0] for _ in ws]",
+             "        flat2 = [x for st in st2 for x in st]",
+             "        nr2, r2 = nrows * sp, r // sp",
+             "        block_r = triton.next_power_of_2(r2)",
+             '        if cfg["mode"] != "multi_pass" and block_r <= int(cfg["MAX_R"]):',
+             '            block_rows = max(1, min(int(cfg["TILE"]) // block_r, triton.next_power_of_2(nr2)))',
+             f"            kern = k_{self.name}_one",
+             "        else:",
+             '            block_r = min(block_r, int(cfg["BLOCK_R"]))',
+             '            block_rows = max(1, min(int(cfg["TILE"]) // block_r, triton.next_power_of_2(nr2), 16))',
+             f"            kern = k_{self.name}_loop",
+             '        warps = int(cfg["num_warps"]) or max(1, min(16, block_rows * block_r // 256))',
+             f"        kern[(triton.cdiv(nr2, block_rows),)](*ts[:{n_in}], *ws, {''.join(c + ', ' for c in cs)}"
+             f"sizes[1], sizes[2], sp, sizes[3], chunk, nr2, r2, *flat2, BLOCK_ROWS=block_rows, BLOCK_R=block_r, "
+             f"BIG=big, {', '.join(f'FULL{k}=False' for k in range(nf))}, INNER=False, num_warps=warps)"]
+        for j, (o, op) in enumerate(zip(outs, ops, strict=True)):
+            L.append(f"        {o}.view(-1).copy_(torch.{combine[op]}(ws[{j}], dim=1))")
+        ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"
+        L.append(f"        return {ret}")
+        return L
 
     # -- launcher ---------------------------------------------------------------------------------
     def launcher(self) -> str:
@@ -590,10 +667,22 @@ class _Gen:
                   f"        k_{self.name}_2d[grid](*ts, {''.join(c + ', ' for c in cs)}*sizes, n, 1, *flat, BLOCK_ROWS=tile, BLOCK_R=tile, "
                   f"BIG=big, {fulls}, num_warps=warps)",
                   f"        return {ret}",
-                  "    grid = (triton.cdiv(n, block),)",
-                  f"    k_{self.name}[grid](*ts, {''.join(c + ', ' for c in cs)}*sizes, n, 1, *flat, BLOCK_ROWS=1, BLOCK_R=block, BIG=big, "
-                  f"{fulls}, num_warps=warps)"]
+                  "    grid = (triton.cdiv(n, block),)"]
+            if self.opt.get("persistent"):
+                L += ['    progs = int(cfg.get("NUM_PROGS", 0))',
+                      "    if progs <= 0:  # 0: four programs per SM (the interpreter: three in all)",
+                      "        progs = 4 * torch.cuda.get_device_properties(dev).multi_processor_count if dev is not None "
+                      "and dev.type == 'cuda' else 3",
+                      "    grid = (min(grid[0], progs),)",
+                      f"    k_{self.name}_persist[grid](*ts, {''.join(c + ', ' for c in cs)}*sizes, n, 1, *flat, BLOCK_ROWS=1, "
+                      f"BLOCK_R=block, BIG=big, {fulls}, num_warps=warps)"]
+            else:
+                L += [f"    k_{self.name}[grid](*ts, {''.join(c + ', ' for c in cs)}*sizes, n, 1, *flat, BLOCK_ROWS=1, "
+                      f"BLOCK_R=block, BIG=big, {fulls}, num_warps=warps)"]
         else:
+            ops = self.split_ops() if int(self.opt.get("split_r", 1)) > 1 else None
+            if ops is not None:
+                L += self.split_branch(len(ins), cs, outs, ops)
             L += [f"    fulls_in = [st for st, kd in zip(strides[:{len(ins)}], {kinds[:len(ins)]!r}) if kd == 'full']",
                   "    inner = sizes[2] > 1 and r > 1 and bool(fulls_in) and all(st[2] == 1 and st[3] != 1 and st[4] != 1 for st in fulls_in)",
                   "    if inner:  # strided reduction, contiguous kept dim: see INNER in the kernel",
@@ -621,6 +710,7 @@ class _Gen:
         return "\n".join(L) + "\n"
 
 
+ONE_PASS_MAX_R = 32768  # the one_pass action's MAX_R: a 128 KiB fp32 row over 16 warps, 64 registers a thread
 WIDE_MIN = 1 << 21  # elements: 4096-wide blocks still give >= 512 programs (about 4 per SM)
 
 
@@ -635,18 +725,29 @@ def pointwise_defaults(domain: tuple[int, ...] | None) -> dict[str, int]:
     return {"BLOCK": 4096, "num_warps": 8} if n >= WIDE_MIN else {"BLOCK": 1024, "num_warps": 4}
 
 
+def split_reduction_ok(graph: Graph, grp: Group) -> bool:
+    """Can rows group ``grp`` run as a split reduction (``_Gen.split_ops``)?"""
+    if grp.kind != "rows":
+        return False
+    gen = _Gen(graph, grp, {})
+    gen.collect()
+    return gen.split_ops() is not None
+
+
 def loop_kernel(graph: Graph, grp: Group, options: dict | None = None) -> LoopSource:
     """Kernel(s) and launcher for one pointwise or rows group."""
     options = options or {}
     gen = _Gen(graph, grp, options)
     gen.collect()
     if grp.kind == "pointwise":
-        kernels = [gen.flat(), gen.tiled()]
+        kernels = [gen.persistent() if options.get("persistent") else gen.flat(), gen.tiled()]
         dflt = pointwise_defaults(grp.domain)
         # TILE_2D: 64x64 fp32 = 16 KB through shared memory, 256-byte runs on both sides of a transpose
         config = {"BLOCK": int(options.get("BLOCK", dflt["BLOCK"])), "num_warps": int(options.get("num_warps", dflt["num_warps"])),
                   "TILE_2D": int(options.get("TILE_2D", 64))}
         space = {"BLOCK": [256, 512, 1024, 2048, 4096], "num_warps": [2, 4, 8], "TILE_2D": [32, 64, 128]}
+        if options.get("persistent"):
+            config["NUM_PROGS"] = int(options.get("NUM_PROGS", 0))
     else:
         mode = options.get("mode", "auto")
         kernels = []
@@ -654,15 +755,24 @@ def loop_kernel(graph: Graph, grp: Group, options: dict | None = None) -> LoopSo
             kernels.append(gen.one_pass())
         if mode in ("auto", "multi_pass"):
             kernels.append(gen.multi_pass())
+        max_r = 8192
         if mode == "one_pass":
             kernels.append(gen.multi_pass())  # the launcher still needs it when R is beyond one tile
             mode = "auto"
+            # the action's point: rows up to ONE_PASS_MAX_R stay in registers (auto loops beyond 8192),
+            # which reads a softmax's row once instead of twice; longer rows still loop
+            max_r = ONE_PASS_MAX_R
         # INNER_ROWS: 128 neighbours along a contiguous kept dim = 512 B per tile row in fp32
-        config = {"mode": mode, "MAX_R": int(options.get("MAX_R", 8192)), "TILE": int(options.get("TILE", 4096)),
+        config = {"mode": mode, "MAX_R": int(options.get("MAX_R", max_r)), "TILE": int(options.get("TILE", 4096)),
                   "BLOCK_R": int(options.get("BLOCK_R", 2048)), "num_warps": int(options.get("num_warps", 0)),
                   "INNER_ROWS": int(options.get("INNER_ROWS", 128))}
         space = {"MAX_R": [1024, 4096, 8192, 16384], "TILE": [1024, 2048, 4096, 8192],
                  "BLOCK_R": [512, 1024, 2048, 4096], "num_warps": [0, 2, 4, 8, 16], "INNER_ROWS": [32, 64, 128, 256]}
+        if int(options.get("split_r", 1)) > 1 and gen.split_ops() is not None:
+            config["SPLIT_R"] = int(options.get("SPLIT_R", options["split_r"]))
+            space["SPLIT_R"] = sorted({1, 4, 16, 64, 256, config["SPLIT_R"]})
+        if config["MAX_R"] not in space["MAX_R"]:  # the tuner refuses a default outside its SPACE
+            space["MAX_R"] = sorted([*space["MAX_R"], config["MAX_R"]])
     src = "\n\n".join(kernels) + "\n\n" + gen.launcher()
     return LoopSource(grp.id, src, config, space, list(gen.ext_inputs), [o.value for o in gen.operands if o.is_output],
                       scalars=list(gen.scalars))

@@ -14,6 +14,7 @@ from kernellab.agents.builtin import (
     SetConfig,
     Split,
     SplitK,
+    SplitRows,
     ToTorch,
     action_from_dict,
     build,
@@ -77,7 +78,7 @@ def test_protocol():
 
 def test_every_action_round_trips():
     samples = [Split("n1"), Fuse("n1"), ToTorch("n1"), LibraryGemm("*"), KeepRowOut("g"), ReductionMode("g", "multi_pass"),
-               SplitK("g", 4), Persistent("g"), Precision("g", "tf32x3"),
+               SplitK("g", 4), SplitRows("g", 16), Persistent("g"), Precision("g", "tf32x3"),
                SetConfig("g", (("BLOCK_M", 64), ("num_stages", 2)), "smaller tiles")]
     assert {a.kind for a in samples} == set(ACTIONS)
     for a in samples:
