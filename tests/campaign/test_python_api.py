@@ -139,7 +139,7 @@ def test_stop_reason_names_timeouts(tmp_path: Path) -> None:
     store = Store(tmp_path / "k.db")
     cid = start_campaign(store, CampaignConfig(problems=[str(KB_GEMM)], **TINY), name="t",
                          problems=[load_problem(KB_GEMM)])
-    executor = LocalExecutor(limits=Limits(load=0.05))
+    executor = LocalExecutor(limits=Limits(compile=0.05))  # the candidate's first call: over 50 ms in the interpreter
     try:
         run_campaign(store, cid, executor=executor)
     finally:
