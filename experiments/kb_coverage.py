@@ -106,6 +106,7 @@ def analyse(path: Path, level: int | None = None) -> dict[str, Any]:
     """One problem's row (see the module docstring). Never raises for a problem's sake."""
     from kernellab.agents.builtin.build import build, built
     from kernellab.agents.builtin.capture import CaptureError
+
     from kernellab.problem import ProblemError, load_problem
     from kernellab.small import small_overrides
 
@@ -160,7 +161,10 @@ def analyse(path: Path, level: int | None = None) -> dict[str, Any]:
             for name in grp.nodes:
                 n = g.node(name)
                 if n.kind == "opaque" and n.op not in _GLUE:
-                    lib.append(n.op)
+                    # an integer or boolean op (a mask built with arange, a batch counter) is not the
+                    # float compute the kernels are for: say so in its label
+                    odd = n.dtype and not _floating(g, n)
+                    lib.append(f"{n.op} [{n.dtype}]" if odd else n.op)
             continue
         ops = [g.node(n).op for n in grp.nodes]
         own += ops
@@ -186,8 +190,14 @@ def analyse(path: Path, level: int | None = None) -> dict[str, Any]:
     return row
 
 
+def _floating(g, n) -> bool:
+    """The node computes on floating data: its result or one of the values it reads is floating."""
+    fl = ("float32", "float16", "bfloat16", "float64")
+    return n.dtype in fl or any(g.node(r).dtype in fl for r in n.refs() if r in g.by_name)
+
+
 def _short(op: str) -> str:
-    return op.removesuffix(".default")
+    return op.replace(".default", "")
 
 
 def _capture_reason(text: str) -> str:
@@ -232,8 +242,9 @@ def pick_sample(rows: list[dict], n: int) -> list[dict]:
 
 def evaluate_seed(path: Path, trials: int) -> dict[str, Any]:
     """The builtin seed judged by the real sandbox on the CPU (interpreter, small size)."""
-    from kernellab import sandbox
     from kernellab.agents.builtin.build import build
+
+    from kernellab import sandbox
     from kernellab.problem import load_problem
 
     problem = load_problem(path, validate_run=False)
