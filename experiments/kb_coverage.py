@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
 import signal
@@ -213,30 +214,37 @@ def _capture_reason(text: str) -> str:
 # -- the correctness sample --------------------------------------------------------------------------
 
 def pick_sample(rows: list[dict], n: int) -> list[dict]:
-    """About ``n`` rows with a seed, spread over the outcome classes and, within ``own``, over the
+    """About ``n`` rows with a seed, spread over the outcome classes and, within each, over the
     kinds of kernel (pointwise, rows, gemm, special); only rows with a small instance (the
-    interpreter needs one)."""
+    interpreter needs one). ``n < 0``: all of them."""
     cands = [r for r in rows if r.get("seed") and r.get("small") is not None]
+    if n < 0:
+        return cands
 
     def kind(r: dict) -> str:
         kinds = sorted({gd.split(": ", 1)[1].split(" ")[0] for gd in r["kernel_groups"]})
         return f"{r['outcome']}:{'+'.join(kinds) or '-'}"
 
-    buckets: dict[str, list[dict]] = {}
-    for r in cands:
-        buckets.setdefault(kind(r), []).append(r)
+    # outcome -> kernel-kind bucket -> rows; round-robin over the outcomes, and within an outcome
+    # over its buckets, so that a few seeds of each class are judged before a second of any kind
+    by_outcome: dict[str, dict[str, list[dict]]] = {}
+    # a hash of the name orders each bucket: deterministic, and spread over both levels
+    for r in sorted(cands, key=lambda r: hashlib.sha1(r["problem"].encode()).hexdigest()):
+        by_outcome.setdefault(r["outcome"], {}).setdefault(kind(r), []).append(r)
+    order = [o for o in OUTCOMES if o in by_outcome]
+    turns = {o: 0 for o in order}
     out: list[dict] = []
-    # round-robin over the buckets, smallest problems (fewest elements) first within each: the
-    # interpreter's cost grows with the instance
-    for b in buckets.values():
-        b.sort(key=lambda r: (r.get("level") or 0, r["problem"]))
-    i = 0
-    while len(out) < n and any(i < len(b) for b in buckets.values()):
-        for key in sorted(buckets):
-            b = buckets[key]
-            if i < len(b) and len(out) < n:
-                out.append(b[i])
-        i += 1
+    while len(out) < n and order:
+        for o in list(order):
+            if len(out) >= n:
+                break
+            buckets = [b for b in by_outcome[o].values() if b]
+            # a library-only seed is PyTorch's own code: a couple of them show the harness, no more
+            if not buckets or (o == "library" and turns[o] >= max(1, n // 6)):
+                order.remove(o)
+                continue
+            out.append(buckets[turns[o] % len(buckets)].pop(0))
+            turns[o] += 1
     return out
 
 
@@ -251,9 +259,9 @@ def evaluate_seed(path: Path, trials: int) -> dict[str, Any]:
     code = build(problem)
     t0 = time.perf_counter()
     res = sandbox.evaluate(problem, code.source, small=True, device="cpu", trials=trials, timing=False)
-    err = res.get("error") or ""
-    return {"status": res.get("status"), "error": (err.splitlines()[-1] if err else "")[:300],
-            "max_abs_err": (res.get("details") or {}).get("max_abs_err"),
+    err = (res.get("error_text") or "").strip()
+    return {"status": res.get("status"), "error_class": res.get("error_class"),
+            "error": (err.splitlines()[-1] if err else "")[:300], "max_abs_err": res.get("max_abs_err"),
             "eval_s": round(time.perf_counter() - t0, 1)}
 
 
@@ -268,11 +276,20 @@ def summarise(rows: list[dict]) -> dict[str, Any]:
     reasons = Counter(r["reason"] for r in rows if r["outcome"] in ("no-capture", "error", "no-load"))
     n = len(rows)
     with_kernel = counts["own"] + counts["mixed"]
+    checked = [r for r in rows if r.get("cpu_check")]
+    check = {o: dict(Counter(r["cpu_check"].get("status") for r in checked if r["outcome"] == o))
+             for o in OUTCOMES if any(r["outcome"] == o for r in checked)}
+    correct_own = sum(1 for r in checked if r["outcome"] in ("own", "mixed")
+                      and r["cpu_check"].get("status") == "correct")
     return {"problems": n, "by_outcome": {k: counts.get(k, 0) for k in OUTCOMES},
             "seed_produced": sum(1 for r in rows if r.get("seed")),
             "with_own_kernel": with_kernel, "with_own_kernel_share": round(with_kernel / n, 3) if n else 0.0,
             "all_own_share": round(counts["own"] / n, 3) if n else 0.0,
             "no_small_instance": sum(1 for r in rows if r.get("small") is None),
+            "cpu_checked": len(checked), "cpu_check_by_outcome": check,
+            "correct_with_own_kernel": correct_own,
+            "cpu_check_failures": [{"problem": r["problem"], "outcome": r["outcome"], **r["cpu_check"]}
+                                   for r in checked if r["cpu_check"].get("status") != "correct"],
             "library_ops_ranked": [[op, k] for op, k in blocking.most_common()],
             "failure_reasons": [[why, k] for why, k in reasons.most_common()],
             "bugs": [{"problem": r["problem"], **r["bug"]} for r in rows if r.get("bug")]}
@@ -309,21 +326,28 @@ def markdown(rows: list[dict], summary: dict, sample: list[dict], meta: dict) ->
               for b in summary["bugs"]]
     if sample:
         ok = sum(1 for s in sample if s["eval"].get("status") == "correct")
-        L += ["", f"## Correctness sample (CPU, Triton interpreter, small size): {ok}/{len(sample)} correct", "",
-              "| problem | outcome | kernels | status | error / max abs err | s |", "|---|---|---|---|---|---|"]
-        for s in sample:
+        L += ["", f"## Seeds judged by the sandbox (CPU, Triton interpreter, small size): {ok}/{len(sample)} correct",
+              "", f"- correct seeds with at least one own kernel (own + mixed): **{summary['correct_with_own_kernel']}**"
+              f" of {summary['problems']} problems", "", "| outcome | statuses |", "|---|---|"]
+        L += [f"| {o} | {', '.join(f'{k}: {v}' for k, v in sorted(c.items(), key=lambda kv: str(kv[0])))} |"
+              for o, c in summary["cpu_check_by_outcome"].items()]
+        # a long run lists only what failed; a short sample lists every seed
+        shown = sample if len(sample) <= 20 else [s for s in sample if s["eval"].get("status") != "correct"]
+        L += ["", "| problem | outcome | kernels | status | error / max abs err | s |", "|---|---|---|---|---|---|"]
+        for s in shown:
             e = s["eval"]
             L.append(f"| {s['problem']} | {s['outcome']} | {s['kernels']} | {e.get('status')} | "
                      f"{_cell(e.get('error') or e.get('max_abs_err') or '', 120)} | {e.get('eval_s', '')} |")
     L += ["", "## Per problem", "",
-          "| level | problem | outcome | kernels | own ops | library ops | seed | reason |",
-          "|---|---|---|---|---|---|---|---|"]
+          "| level | problem | outcome | kernels | own ops | library ops | seed | CPU check | reason |",
+          "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         own = ", ".join(_short(o) for o in r.get("own_ops") or [])
         lib = ", ".join(_short(o) for o in r.get("library_ops") or [])
         seed = "yes" + (" (+ cuBLAS variant)" if r.get("second_seed") else "") if r.get("seed") else "no"
         L.append(f"| {r.get('level') or ''} | {r['problem']} | {r['outcome']} | {r.get('kernels', 0)} | "
-                 f"{_cell(own, 70)} | {_cell(lib, 60)} | {seed} | {_cell(r.get('reason') or '', 120)} |")
+                 f"{_cell(own, 70)} | {_cell(lib, 60)} | {seed} | {(r.get('cpu_check') or {}).get('status', '')} | "
+                 f"{_cell(r.get('reason') or '', 120)} |")
     return "\n".join(L) + "\n"
 
 
@@ -378,6 +402,7 @@ def run(kb: Path, levels: list[int], names: list[str] | None, out_dir: Path, sam
             ev = evaluate_seed(Path(r["file"]), trials)
         except Exception as exc:  # noqa: BLE001
             ev = {"status": "harness-error", "error": _last_line(exc)}
+        r["cpu_check"] = ev
         sample.append({"problem": r["problem"], "outcome": r["outcome"], "kernels": r["kernels"], "eval": ev})
         log(f"sample {r['problem']} ({r['outcome']}): {ev.get('status')} {ev.get('error') or ''}"[:200])
     summary = summarise(rows)
@@ -398,13 +423,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problem", action="append", help="only this problem (stem, file name or path; repeatable)")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "experiments" / "results")
     ap.add_argument("--stem", help="output file stem (default <date>-kb-coverage)")
-    ap.add_argument("--sample", type=int, default=0, help="evaluate this many seeds in the CPU sandbox")
+    ap.add_argument("--sample", default="0", help="evaluate this many seeds in the CPU sandbox ('all': every "
+                    "seed that has a small instance)")
     ap.add_argument("--trials", type=int, default=3, help="correctness trials per sampled seed")
     ap.add_argument("--timeout", type=int, default=180, help="seconds per problem for capture + codegen")
     a = ap.parse_args(argv)
     os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
-        doc = run(a.kernelbench, a.level or [1, 2], a.problem, a.out_dir, a.sample, a.timeout, a.trials, a.stem)
+        if a.sample != "all" and not a.sample.isdigit():
+            raise CoverageError(f"--sample {a.sample!r}: a count or 'all'")
+        n = -1 if a.sample == "all" else int(a.sample)
+        doc = run(a.kernelbench, a.level or [1, 2], a.problem, a.out_dir, n, a.timeout, a.trials, a.stem)
     except CoverageError as exc:
         print(f"kb_coverage: {exc}", file=sys.stderr)
         return 2

@@ -70,6 +70,11 @@ def test_sample_is_judged_by_the_sandbox(survey):
     # the sample only takes seeds with kernels of ours or not, but always a real sandbox status
     assert s["problem"] in FILES
     assert s["eval"]["status"] == "correct", s
+    row = next(r for r in doc["problems"] if r["problem"] == s["problem"])
+    assert row["cpu_check"]["status"] == "correct"
+    summ = doc["summary"]
+    assert summ["cpu_checked"] == 1 and summ["cpu_check_failures"] == []
+    assert summ["correct_with_own_kernel"] == (1 if row["outcome"] in ("own", "mixed") else 0)
 
 
 def test_bad_problem_is_one_line(tmp_path):
