@@ -185,7 +185,7 @@ def analyse(path: Path, level: int | None = None) -> dict[str, Any]:
         row["reason"] = ("no Triton lowering for " + ", ".join(_short(o) for o in row["library_ops"])
                          if lib else "no compute op captured (views only)")
     notes = [n for n in g.notes if "SMALL capture failed" in n]
-    if notes:
+    if notes:  # the seed then bakes full-size constants: wrong at the small size, maybe right at full size
         row["note"] = notes[0][:300]
     row["elapsed_s"] = round(time.perf_counter() - t0, 2)
     return row
@@ -338,6 +338,8 @@ def markdown(rows: list[dict], summary: dict, sample: list[dict], meta: dict) ->
             e = s["eval"]
             L.append(f"| {s['problem']} | {s['outcome']} | {s['kernels']} | {e.get('status')} | "
                      f"{_cell(e.get('error') or e.get('max_abs_err') or '', 120)} | {e.get('eval_s', '')} |")
+    if meta.get("findings"):  # read off the run by hand (kept in the JSON, so --render keeps them)
+        L += ["", "## Findings", ""] + [f"- {f}" for f in meta["findings"]]
     L += ["", "## Per problem", "",
           "| level | problem | outcome | kernels | own ops | library ops | seed | CPU check | reason |",
           "|---|---|---|---|---|---|---|---|---|"]
@@ -345,9 +347,10 @@ def markdown(rows: list[dict], summary: dict, sample: list[dict], meta: dict) ->
         own = ", ".join(_short(o) for o in r.get("own_ops") or [])
         lib = ", ".join(_short(o) for o in r.get("library_ops") or [])
         seed = "yes" + (" (+ cuBLAS variant)" if r.get("second_seed") else "") if r.get("seed") else "no"
+        why = "; ".join(x for x in (r.get("reason"), r.get("note")) if x)
         L.append(f"| {r.get('level') or ''} | {r['problem']} | {r['outcome']} | {r.get('kernels', 0)} | "
                  f"{_cell(own, 70)} | {_cell(lib, 60)} | {seed} | {(r.get('cpu_check') or {}).get('status', '')} | "
-                 f"{_cell(r.get('reason') or '', 120)} |")
+                 f"{_cell(why, 200)} |")
     return "\n".join(L) + "\n"
 
 
@@ -427,7 +430,17 @@ def main(argv: list[str] | None = None) -> int:
                     "seed that has a small instance)")
     ap.add_argument("--trials", type=int, default=3, help="correctness trials per sampled seed")
     ap.add_argument("--timeout", type=int, default=180, help="seconds per problem for capture + codegen")
+    ap.add_argument("--render", type=Path, help="only rewrite the markdown beside this result JSON")
     a = ap.parse_args(argv)
+    if a.render:
+        if not a.render.is_file():
+            print(f"kb_coverage: {a.render}: no such file", file=sys.stderr)
+            return 2
+        doc = json.loads(a.render.read_text())
+        doc["summary"] = summarise(doc["problems"])
+        a.render.write_text(json.dumps(doc, indent=1, default=str))
+        a.render.with_suffix(".md").write_text(markdown(doc["problems"], doc["summary"], doc["sample"], doc["meta"]))
+        return 0
     os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
         if a.sample != "all" and not a.sample.isdigit():
