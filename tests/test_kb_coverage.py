@@ -82,3 +82,19 @@ def test_bad_problem_is_one_line(tmp_path):
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "no_such_problem" in r.stderr
+
+
+def test_render_keeps_findings(survey, tmp_path):
+    out, _ = survey
+    doc = json.loads((out / "t.json").read_text())
+    doc["meta"]["findings"] = ["a finding written by hand"]
+    j = tmp_path / "r.json"
+    j.write_text(json.dumps(doc))
+    assert kbc.main(["--render", str(j)]) == 0
+    md = (tmp_path / "r.md").read_text()
+    assert "## Findings" in md and "a finding written by hand" in md and "| 19_ReLU | own |" in md
+
+
+def test_bad_sample_is_one_line(tmp_path, capsys):
+    assert kbc.main(["--problem", "19_ReLU", "--sample", "some", "--out-dir", str(tmp_path)]) == 2
+    assert "--sample 'some'" in capsys.readouterr().err
