@@ -9,6 +9,8 @@ Group kinds:
                  broadcast as a row, a column, a matrix or a scalar) and optionally a row reduction
                  over N recognised from the ``origin`` tags of the expanded softmax / log_softmax /
                  logsumexp / layer_norm / sum / max, then a row epilogue;
+- ``conv``       one convolution (``conv.py``) and the pointwise DAG after it (bias, activations,
+                 scaling, residuals: operands that broadcast to the output), one output;
 - ``special``    one scan / gather / pooling node with a template of its own (``special.py``);
 - ``torch``      one view / opaque / getitem node, or a node an action sent back to PyTorch.
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .ir import Graph, Node, Ref
+from .ir import FLOAT_DTYPES, Graph, Node, Ref, Sym
 
 __all__ = ["Group", "Options", "partition", "reduce_runs_ok", "ROW_BLOCKS"]
 
@@ -44,13 +46,13 @@ class Options:
 @dataclass
 class Group:
     id: str
-    kind: str  # pointwise | rows | gemm | special | torch
+    kind: str  # pointwise | rows | gemm | conv | special | torch
     nodes: list[str]
     domain: tuple[int, ...] | None = None
     red_dims: tuple[int, ...] = ()
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
-    # gemm groups
+    # gemm groups (conv groups: ``gemm`` is the conv node, ``epilogue`` its pw DAG in order)
     gemm: str | None = None
     epilogue: list[str] = field(default_factory=list)
     row_block: list[str] = field(default_factory=list)
@@ -326,6 +328,54 @@ class _Partitioner:
             self.add(grp, m)
         return True
 
+    def take_conv_epilogue(self, grp: Group) -> None:
+        """Claim the pointwise DAG that follows a convolution (bias, activations, scaling, residuals:
+        a value may feed several of its ops, as ``x * clamp(x + 3)`` does) as its epilogue. Candidates
+        are the later pw nodes of the output's shape that read the group, whose other inputs are already
+        computed and broadcast to the output; the group then ends at the latest candidate whose ancestors
+        inside the group are read by nothing outside it, so the kernel has one output."""
+        conv = grp.gemm
+        members, order, kinds = {conv}, [conv], {}
+        for m in self.g.nodes[self.g.position[conv] + 1:]:
+            if m.kind != "pw" or m.shape != grp.domain or m.name in self.group_of \
+                    or m.name in self.o.cuts or m.name in self.o.torch_nodes:
+                continue
+            refs = m.refs()
+            if not any(r in members for r in refs) or any(isinstance(a, Sym) for a in m.args):
+                continue
+            mk = {}
+            for r in refs:
+                if r in members:
+                    continue
+                src = self.g.node(r)
+                if (src.kind not in ("input", "param") and r not in self.group_of) or src.shape is None \
+                        or not _broadcasts(src.shape, grp.domain) or src.dtype not in FLOAT_DTYPES:
+                    break
+                mk[r] = "tensor"
+            else:
+                members.add(m.name)
+                order.append(m.name)
+                kinds.update(mk)
+        users = self.g.users
+        for tail in reversed(order):
+            if self.g.node(tail).dtype not in FLOAT_DTYPES:
+                continue
+            anc, todo = set(), [tail]
+            while todo:
+                v = todo.pop()
+                if v in anc or v not in members:
+                    continue
+                anc.add(v)
+                todo.extend(self.g.node(v).refs())
+            if all(v == tail or (v not in self.outputs and all(u in anc for u in users[v])) for v in anc):
+                break
+        for name in order[1:]:
+            if name in anc:
+                node = self.g.node(name)
+                grp.epilogue.append(name)
+                grp.operand_kinds.update({r: kinds[r] for r in node.refs() if r in kinds})
+                self.add(grp, node)
+
     # -- main -------------------------------------------------------------------------------------
     def run(self) -> list[Group]:
         for n in self.g.nodes:
@@ -338,6 +388,12 @@ class _Partitioner:
                 continue
             if n.kind == "special":  # a template of its own (special.py): one node, one kernel
                 self.new("special", n, closed=True)
+                continue
+            if n.kind == "conv":
+                if n.name in self.o.library_gemm or "*" in self.o.library_gemm:
+                    self.new("torch", n, closed=True)
+                else:
+                    self.take_conv_epilogue(self.new("conv", n, domain=n.shape, gemm=n.name, closed=True))
                 continue
             if n.kind == "gemm":
                 if n.name in self.o.library_gemm or "*" in self.o.library_gemm:
@@ -419,8 +475,8 @@ class _Partitioner:
                 if name in self.outputs or any(u not in members for u in users):
                     outs.append(name)
             grp.inputs, grp.outputs = ins, outs
-            if grp.kind == "gemm" and grp.outputs != [grp.tail]:
-                raise AssertionError(f"{grp.id}: a GEMM group must have one output, its tail ({grp.outputs})")
+            if grp.kind in ("gemm", "conv") and grp.outputs != [grp.tail]:
+                raise AssertionError(f"{grp.id}: a {grp.kind} group must have one output, its tail ({grp.outputs})")
 
 
 def partition(graph: Graph, options: Options | None = None) -> list[Group]:
