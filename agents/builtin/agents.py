@@ -97,6 +97,8 @@ def candidate_actions(problem: Problem, b: Built) -> list[tuple[Action, str]]:
             if grp.row_reduction:
                 out.append((KeepRowOut(grp.id), grp.id))
             out.append((SetConfig(grp.id, (("GROUP_M", 16),), "tile ordering"), grp.id))
+        elif grp.kind == "conv":  # cuDNN for the conv itself, its epilogue then one pointwise kernel
+            out.append((LibraryGemm(grp.gemm), grp.id))
         elif grp.kind == "rows" and c is not None:
             r = c.dims.get("R", 1)
             mode = variant.get("mode", "auto")
@@ -326,7 +328,7 @@ def _smaller_tiles(b: Built, gid: str) -> Action | None:
     if grp is None:
         return None
     cur = (b.state.variant(gid).get("config") or {})
-    if grp.kind == "gemm":
+    if grp.kind in ("gemm", "conv"):
         bm, bn = int(cur.get("BLOCK_M", 128)), int(cur.get("BLOCK_N", 128))
         if bm <= 32 and bn <= 32:
             return None
@@ -350,13 +352,17 @@ def _precision_ladder(problem: Problem, b: Built) -> list[Action]:
             if dtype == "float32" and _precision(problem, b, g) in ("tf32", "tf32x3"):
                 out.append(Precision(g.id, "ieee"))
     for g in b.groups:
+        if g.kind == "conv" and b.state.variant(g.id).get("fp32_precision") != "ieee" \
+                and b.graph.node(b.graph.node(g.gemm).args[0].name).dtype == "float32":
+            out.append(Precision(g.id, "ieee"))
+    for g in b.groups:
         if g.kind == "rows" and b.state.variant(g.id).get("mode") != "multi_pass":
             out.append(ReductionMode(g.id, "multi_pass"))
     for g in b.groups:
         if g.kind == "gemm" and g.row_reduction:
             out.append(KeepRowOut(g.id))
     for g in b.groups:
-        if g.kind == "gemm":
+        if g.kind in ("gemm", "conv"):
             out.append(LibraryGemm(g.gemm))
     for g in b.groups:
         if g.kind in ("rows", "pointwise") and len(g.nodes) > 1:

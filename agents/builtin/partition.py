@@ -331,34 +331,52 @@ class _Partitioner:
     def take_conv_epilogue(self, grp: Group) -> None:
         """Claim the pointwise DAG that follows a convolution (bias, activations, scaling, residuals:
         a value may feed several of its ops, as ``x * clamp(x + 3)`` does) as its epilogue. Candidates
-        are the later pw nodes of the output's shape that read the group, whose other inputs are already
-        computed and broadcast to the output; the group then ends at the latest candidate whose ancestors
-        inside the group are read by nothing outside it, so the kernel has one output."""
+        are the later pw nodes of the output's shape that read the group, with operands that broadcast
+        to the output; a smaller pw node computed from parameters alone (an eval BatchNorm's
+        ``rsqrt(var + eps)``) is recomputed per element inside. The group then ends at the latest
+        candidate whose ancestors inside the group are read by nothing outside it (one output)."""
         conv = grp.gemm
-        members, order, kinds = {conv}, [conv], {}
+        members, derived, order, kinds, late = {conv}, {conv}, [conv], {}, set()
+
+        def param_view(r: str) -> bool:  # a view of parameters/inputs, partitioned later (a torch group)
+            n = self.g.node(r)
+            if n.kind in ("input", "param"):
+                return True
+            return n.kind == "view" and r not in self.group_of and all(param_view(x) for x in n.refs())
+
         for m in self.g.nodes[self.g.position[conv] + 1:]:
-            if m.kind != "pw" or m.shape != grp.domain or m.name in self.group_of \
+            if m.kind != "pw" or m.shape is None or m.name in self.group_of \
                     or m.name in self.o.cuts or m.name in self.o.torch_nodes:
                 continue
             refs = m.refs()
-            if not any(r in members for r in refs) or any(isinstance(a, Sym) for a in m.args):
+            reads = any(r in derived for r in refs)
+            if (m.shape != grp.domain if reads else not _broadcasts(m.shape, grp.domain)) \
+                    or any(isinstance(a, Sym) for a in m.args):
                 continue
-            mk = {}
+            mk, mlate = {}, set()
             for r in refs:
                 if r in members:
                     continue
                 src = self.g.node(r)
-                if (src.kind not in ("input", "param") and r not in self.group_of) or src.shape is None \
-                        or not _broadcasts(src.shape, grp.domain) or src.dtype not in FLOAT_DTYPES:
+                if src.shape is None or not _broadcasts(src.shape, grp.domain) or src.dtype not in FLOAT_DTYPES:
                     break
+                if src.kind not in ("input", "param") and r not in self.group_of:
+                    if not param_view(r):
+                        break
+                    mlate.add(r)
                 mk[r] = "tensor"
             else:
+                if not reads and not refs:
+                    continue
                 members.add(m.name)
+                if reads:
+                    derived.add(m.name)
                 order.append(m.name)
                 kinds.update(mk)
+                late |= mlate
         users = self.g.users
         for tail in reversed(order):
-            if self.g.node(tail).dtype not in FLOAT_DTYPES:
+            if tail not in derived or self.g.node(tail).dtype not in FLOAT_DTYPES:
                 continue
             anc, todo = set(), [tail]
             while todo:
@@ -375,6 +393,8 @@ class _Partitioner:
                 grp.epilogue.append(name)
                 grp.operand_kinds.update({r: kinds[r] for r in node.refs() if r in kinds})
                 self.add(grp, node)
+        # views of parameters that run (as torch groups) after this group was made: finish() orders them first
+        grp.__dict__["late_operands"] = sorted(r for r in late if r in grp.operand_kinds)
 
     # -- main -------------------------------------------------------------------------------------
     def run(self) -> list[Group]:
@@ -458,6 +478,9 @@ class _Partitioner:
                 changed = True
 
     def finish(self) -> None:
+        for grp in self.groups:
+            for r in grp.__dict__.get("late_operands", ()):
+                self.deps.setdefault(grp.id, set()).add(self.group_of[r].id)
         self.absorb_prologues()
         sym_users = {}
         for n in self.g.nodes:
