@@ -98,7 +98,7 @@ def candidate_actions(problem: Problem, b: Built) -> list[tuple[Action, str]]:
                 out.append((KeepRowOut(grp.id), grp.id))
             out.append((SetConfig(grp.id, (("GROUP_M", 16),), "tile ordering"), grp.id))
         elif grp.kind == "conv":  # cuDNN for the conv itself, its epilogue then one pointwise kernel
-            out.append((LibraryGemm(grp.gemm), grp.id))
+            out += [(LibraryGemm(grp.gemm), grp.id)] + ([(KeepRowOut(grp.id), grp.id)] if grp.row_reduction else [])
         elif grp.kind == "rows" and c is not None:
             r = c.dims.get("R", 1)
             mode = variant.get("mode", "auto")

@@ -342,7 +342,8 @@ def _conv_source(graph: Graph, grp: Group, settings: dict, variant: dict) -> tup
     spec = ConvSpec(name=grp.id, dims=a["dims"], stride=tuple(a["stride"]), padding=tuple(a["padding"]),
                     dilation=tuple(a["dilation"]), output_padding=tuple(a["output_padding"]), groups=a["groups"],
                     transposed=a["transposed"], dtype=dtype, fp32_precision=prec, operands=tuple(operands),
-                    epilogue="\n".join(lines))
+                    epilogue="\n".join(lines), reduction=grp.row_reduction,
+                    keepdim=bool(grp.row_reduction and graph.node(grp.tail).attrs["keepdim"]))
     ks = conv_kernel(spec)
     config = {**ks.config, **(variant.get("config") or {})}
     space = dict(ks.space)

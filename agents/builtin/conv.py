@@ -32,12 +32,13 @@ from typing import Any
 
 from .gemm import KernelSource
 
-__all__ = ["ConvSpec", "ConvOperand", "conv_kernel", "CONV_OPERAND_KINDS"]
+__all__ = ["ConvSpec", "ConvOperand", "conv_kernel", "CONV_OPERAND_KINDS", "REDUCTIONS"]
 
 CONV_OPERAND_KINDS = ("tensor", "scalar")
 _DTYPES = ("float32", "float16", "bfloat16")
 _PRECISIONS = ("ieee", "tf32", "tf32x3")
 _RESERVED = {"acc", "tl", "triton", "torch", "math"}
+REDUCTIONS = (None, "sum", "mean", "amax", "amin")
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,10 @@ class ConvSpec:
     fp32_precision: str = "ieee"
     operands: tuple[ConvOperand, ...] = ()
     epilogue: str = ""
+    # a reduction over all spatial dims that follows the epilogue (global average pool...): the
+    # launcher then returns [N, C] (``keepdim``: [N, C, 1, ...]) and the full output is never stored
+    reduction: str | None = None
+    keepdim: bool = False
 
 
 def _check(spec: ConvSpec) -> None:
@@ -94,6 +99,8 @@ def _check(spec: ConvSpec) -> None:
         if not op.name.isidentifier() or keyword.iskeyword(op.name) or op.name in _RESERVED or op.name in seen:
             raise ValueError(f"{where}: operand name {op.name!r} is not a free identifier")
         seen.add(op.name)
+    if spec.reduction not in REDUCTIONS:
+        raise ValueError(f"{where}: reduction {spec.reduction!r} not in {REDUCTIONS}")
     try:
         ast.parse(textwrap.dedent(spec.epilogue))
     except SyntaxError as e:
@@ -128,6 +135,7 @@ def _kernel_src(spec: ConvSpec) -> str:
     if has_epi:
         helpers = ["@triton.jit", f"def {epi_fn}({', '.join(['acc', *[o.name for o in spec.operands]])}):",
                    *_indent(_stmts(spec.epilogue), 1), "    return acc", ""]
+    red = spec.reduction
     params = ["x_ptr", "w_ptr", "out_ptr"]
     strides: list[str] = []
     for op in spec.operands:
@@ -140,6 +148,8 @@ def _kernel_src(spec: ConvSpec) -> str:
                "sxn", "sxc", "sxd", "sxh", "sxw", "sw0", "sw1", "swd", "swh", "sww", *strides]
     consts = ["CIN_G", "COUT_G", "KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW",
               "TRANSPOSED", "USE_DOT", "UPCAST", "BIG", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"]
+    if red:
+        params.insert(3, "ws_ptr")
     params += [f"{c}: tl.constexpr" for c in consts]
     prec = spec.fp32_precision if spec.dtype == "float32" else "ieee"
     dot = f'acc = tl.dot(a, b, acc, input_precision="{prec}")' if spec.dtype == "float32" else "acc = tl.dot(a, b, acc)"
@@ -148,7 +158,9 @@ def _kernel_src(spec: ConvSpec) -> str:
         "pid = tl.program_id(0)",
         "g = tl.program_id(1)",
         "M = NB * OD * OH * OW",
-        "num_pid_m = tl.cdiv(M, BLOCK_M)",
+        "S = OD * OH * OW",
+        *(["# reduced over the pixels of one sample: a pixel block never spans two samples",
+           "TPS = tl.cdiv(S, BLOCK_M)", "num_pid_m = NB * TPS"] if red else ["num_pid_m = tl.cdiv(M, BLOCK_M)"]),
         "num_pid_n = tl.cdiv(COUT_G, BLOCK_N)",
         "# grouped ordering: GROUP_M pixel blocks sweep the channel blocks together (weight reuse in L2)",
         "group_span = GROUP_M * num_pid_n",
@@ -156,9 +168,10 @@ def _kernel_src(spec: ConvSpec) -> str:
         "group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)",
         "pid_m = first_m + (pid % group_span) % group_rows",
         "pid_n = (pid % group_span) // group_rows",
-        "offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+        *(["sp_t = pid_m % TPS", "sp_m = sp_t * BLOCK_M + tl.arange(0, BLOCK_M)",
+           "offs_m = (pid_m // TPS) * S + sp_m", "mask_m = sp_m < S"] if red else
+          ["offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "mask_m = offs_m < M"]),
         "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-        "mask_m = offs_m < M",
         "mask_n = offs_n < COUT_G",
         "ow = offs_m % OW",
         "t = offs_m // OW",
@@ -230,14 +243,59 @@ def _kernel_src(spec: ConvSpec) -> str:
         epi_args.append(f"o_{n}")
     if has_epi:
         body.append(f"acc = {epi_fn}({', '.join(['acc', *epi_args])})")
-    body += [
-        "S = OD * OH * OW",
-        "sp = offs_m - (offs_m // S) * S",
-        "out_off = (nb * COUT * S + sp)[:, None] + co[None, :] * S",
-        "tl.store(out_ptr + out_off, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])",
-    ]
+    if red:
+        # this block's partial per channel -> ws[sample, block, channel]; the finishing kernel combines
+        # the blocks of a sample in a fixed order (deterministic, no atomics)
+        if red in ("sum", "mean"):
+            part = "tl.sum(tl.where(mask_m[:, None], acc, 0.0), 0)"
+        else:
+            fill = 'float("-inf")' if red == "amax" else 'float("inf")'
+            part = f"tl.{'max' if red == 'amax' else 'min'}(tl.where(mask_m[:, None], acc, {fill}), 0)"
+        body += [
+            f"part = {part}",
+            "ws_off = ((pid_m // TPS) * TPS + sp_t).to(tl.int64) * COUT + co",
+            "tl.store(ws_ptr + ws_off, part, mask=mask_n)",
+        ]
+    else:
+        body += [
+            "sp = offs_m - (offs_m // S) * S",
+            "out_off = (nb * COUT * S + sp)[:, None] + co[None, :] * S",
+            "tl.store(out_ptr + out_off, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])",
+        ]
     head = ["@triton.jit", f"def {kname}(", *_indent([p + "," for p in params], 1), "):"]
-    return "\n".join(helpers + head + _indent(body, 1)) + "\n"
+    text = "\n".join(helpers + head + _indent(body, 1)) + "\n"
+    if red:
+        text += "\n\n" + _finish_src(spec)
+    return text
+
+
+def _finish_src(spec: ConvSpec) -> str:
+    """The second kernel of a reduced conv: ws [N, TPS, C] -> out [N, C]."""
+    red = spec.reduction
+    if red in ("sum", "mean"):
+        init, other, comb, fold = "0.0", "0.0", "r = r + v", "tl.sum(r, 0)"
+    else:
+        init = other = 'float("-inf")' if red == "amax" else 'float("inf")'
+        op = "maximum" if red == "amax" else "minimum"
+        comb, fold = f"r = tl.{op}(r, v)", f"tl.{'max' if red == 'amax' else 'min'}(r, 0)"
+    scale = ["r = r / S"] if red == "mean" else []
+    return "\n".join([
+        "@triton.jit",
+        f"def {spec.name}_finish(ws_ptr, out_ptr, COUT, TPS, S, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):",
+        "    nb = tl.program_id(0).to(tl.int64)",
+        "    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)",
+        "    mask_c = c < COUT",
+        f"    r = tl.full((BLOCK_T, BLOCK_C), {init}, tl.float32)",
+        "    for t0 in range(0, TPS, BLOCK_T):",
+        "        t = t0 + tl.arange(0, BLOCK_T)",
+        "        v = tl.load(ws_ptr + (nb * TPS + t)[:, None] * COUT + c[None, :], "
+        f"mask=(t < TPS)[:, None] & mask_c[None, :], other={other})",
+        f"        {comb}",
+        f"    r = {fold}",
+        *_indent(scale, 1),
+        "    tl.store(out_ptr + nb * COUT + c, r.to(out_ptr.dtype.element_ty), mask=mask_c)",
+        "",
+    ])
 
 
 def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
@@ -287,11 +345,23 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
     L += [
         "    cout = cout_g * groups",
         "    oshape = (nb, cout) + (o_d, o_h, o_w)",
-        f"    out = torch.empty(oshape, device=x.device, dtype={tdt})",
-        f"    ret = out.reshape((nb, cout) + (o_d, o_h, o_w)[{pad3}:])",
-        "    if out.numel() == 0:",
-        "        return ret",
+        f"    full = (nb, cout) + (o_d, o_h, o_w)[{pad3}:]  # the conv's own output shape",
     ]
+    if spec.reduction:
+        L += [
+            f"    out = torch.empty((nb, cout), device=x.device, dtype={tdt})",
+            f"    ret = out.reshape((nb, cout) + (1,) * {nd}) if {spec.keepdim} else out",
+            "    if out.numel() == 0 or o_d * o_h * o_w == 0:",
+            f'        raise ValueError("launch_{name}: a reduction over an empty conv output")' if spec.reduction != "sum"
+            else "        return ret.zero_()",
+        ]
+    else:
+        L += [
+            f"    out = torch.empty(oshape, device=x.device, dtype={tdt})",
+            "    ret = out.reshape(full)",
+            "    if out.numel() == 0:",
+            "        return ret",
+        ]
     args, strides = [], []
     for i, op in enumerate(spec.operands):
         n = op.name
@@ -301,10 +371,10 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
             continue
         L += [
             "    try:",
-            f"        t = torch.broadcast_to(extra[{i}], tuple(ret.shape))",
+            f"        t = torch.broadcast_to(extra[{i}], full)",
             "    except RuntimeError:",
             f'        raise ValueError(f"launch_{name}: operand {n} of shape {{tuple(extra[{i}].shape)}} does not '
-            f'broadcast to the output {{tuple(ret.shape)}}") from None',
+            f'broadcast to the output {{full}}") from None',
             f"    t = t.reshape(oshape) if t.dim() == 5 else t[(slice(None), slice(None)) + (None,) * {pad3}]",
             f"    p_{n}, s_{n} = t, t.stride()",
         ]
@@ -322,13 +392,22 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         "        bk = min(bk, max(1, 4096 // (bn * 32)))  # the [BM, BK, BN] product stays in registers",
         "        bk = max(1, min(bk, triton.next_power_of_2(ktot)))",
         "    m = nb * o_d * o_h * o_w",
-        '    bm = max(16, min(int(cfg["BLOCK_M"]), triton.next_power_of_2(m)))',
+        f'    bm = max(16, min(int(cfg["BLOCK_M"]), triton.next_power_of_2({"o_d * o_h * o_w" if spec.reduction else "m"})))',
         "    if not use_dot:",
         "        bm = min(bm, 128)",
-        "    big = max(x5.numel(), out.numel(), *(t.numel() for t in extra if isinstance(t, torch.Tensor))) >= 2**31 - 1",
-        "    grid = (triton.cdiv(m, bm) * triton.cdiv(cout_g, bn), groups)",
+        "    big = max(x5.numel(), m * cout, *(t.numel() for t in extra if isinstance(t, torch.Tensor))) >= 2**31 - 1",
+    ]
+    if spec.reduction:
+        L += [
+            "    tps = triton.cdiv(o_d * o_h * o_w, bm)",
+            "    ws = torch.empty((nb, tps, cout), device=x.device, dtype=torch.float32)",
+            "    grid = (nb * tps * triton.cdiv(cout_g, bn), groups)",
+        ]
+    else:
+        L.append("    grid = (triton.cdiv(m, bm) * triton.cdiv(cout_g, bn), groups)")
+    L += [
         f"    {name}_kernel[grid](",
-        "        x5, w5, out,",
+        f"        x5, w5, out, {'ws, ' if spec.reduction else ''}",
         *[f"        {a}," for a in args],
         "        nb, i_d, i_h, i_w, cout, o_d, o_h, o_w,",
         "        *x5.stride(), *w5.stride(),",
@@ -340,9 +419,14 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         '        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(cfg["GROUP_M"]),',
         '        num_warps=int(cfg["num_warps"]), num_stages=int(cfg["num_stages"]),',
         "    )",
-        "    return ret",
-        "",
     ]
+    if spec.reduction:
+        L += [
+            "    bt = min(64, triton.next_power_of_2(tps))",
+            "    bc = min(64, triton.next_power_of_2(cout))",
+            f"    {name}_finish[(nb, triton.cdiv(cout, bc))](ws, out, cout, tps, o_d * o_h * o_w, BLOCK_T=bt, BLOCK_C=bc)",
+        ]
+    L += ["    return ret", ""]
     return "\n".join(L)
 
 

@@ -10,7 +10,8 @@ Group kinds:
                  over N recognised from the ``origin`` tags of the expanded softmax / log_softmax /
                  logsumexp / layer_norm / sum / max, then a row epilogue;
 - ``conv``       one convolution (``conv.py``) and the pointwise DAG after it (bias, activations,
-                 scaling, residuals: operands that broadcast to the output), one output;
+                 scaling, residuals: operands that broadcast to the output), one output; optionally
+                 then a sum/mean/max/min over all spatial dims (global pooling, ``row_reduction``);
 - ``special``    one scan / gather / pooling node with a template of its own (``special.py``);
 - ``torch``      one view / opaque / getitem node, or a node an action sent back to PyTorch.
 
@@ -395,6 +396,17 @@ class _Partitioner:
                 self.add(grp, node)
         # views of parameters that run (as torch groups) after this group was made: finish() orders them first
         grp.__dict__["late_operands"] = sorted(r for r in late if r in grp.operand_kinds)
+        # a sum/mean/max/min over every spatial dim (global pooling) read from the tail alone: the kernel
+        # reduces its tiles and the full-size output is never stored
+        tail = grp.tail
+        red = self.g.node(users[tail][0]) if len(users[tail]) == 1 else None
+        spatial = tuple(range(2, len(grp.domain)))
+        if red is not None and red.kind == "reduce" and red.op in ("sum", "mean", "amax", "amin") \
+                and tuple(red.attrs["dims"]) == spatial and red.attrs.get("correction") is None \
+                and tail not in self.outputs and red.name not in self.o.cuts and red.name not in self.o.torch_nodes \
+                and grp.id not in self.o.no_row_fusion and red.dtype in FLOAT_DTYPES:
+            grp.row_reduction, grp.row_block = red.op, [red.name]
+            self.add(grp, red)
 
     # -- main -------------------------------------------------------------------------------------
     def run(self) -> list[Group]:
