@@ -147,8 +147,9 @@ def _torch_node(n: Node) -> str:
         a = n.attrs
         fn = f"torch.nn.functional.conv{'_transpose' if a['transposed'] else ''}{a['dims']}d"
         extra = f", output_padding={a['output_padding']}" if a["transposed"] else ""
+        groups = a["groups"] or f"{args[0]}.shape[1] // {args[1]}.shape[1]"
         return (f"{fn}({args[0]}, {args[1]}, None, stride={a['stride']}, padding={a['padding']}{extra}, "
-                f"groups={a['groups']}, dilation={a['dilation']}).to(torch.{n.dtype})")
+                f"groups={groups}, dilation={a['dilation']}).to(torch.{n.dtype})")
     if n.kind == "gemm":
         if n.op == "linear":
             return f"torch.nn.functional.linear({args[0]}, {args[1]})"

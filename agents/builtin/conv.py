@@ -53,7 +53,7 @@ class ConvOperand:
 @dataclass(frozen=True)
 class ConvSpec:
     """What to generate. ``dims``: spatial rank (1, 2, 3). stride/padding/dilation/output_padding:
-    one int per spatial dim. ``epilogue``: Triton statements reading ``acc`` (fp32 [BLOCK_M, BLOCK_N])
+    one int per spatial dim. ``groups`` 0 (ordinary conv only): Cin / weight.shape[1], read at run time. ``epilogue``: Triton statements reading ``acc`` (fp32 [BLOCK_M, BLOCK_N])
     and the operands by name, assigning ``acc``."""
 
     name: str
@@ -86,8 +86,8 @@ def _check(spec: ConvSpec) -> None:
             raise ValueError(f"{where}: {label} must be {spec.dims} ints, got {v!r}")
     if min(spec.stride) < 1 or min(spec.dilation) < 1 or min(spec.padding) < 0 or min(spec.output_padding) < 0:
         raise ValueError(f"{where}: stride and dilation must be >= 1, padding and output_padding >= 0")
-    if not isinstance(spec.groups, int) or spec.groups < 1:
-        raise ValueError(f"{where}: groups must be an int >= 1")
+    if not isinstance(spec.groups, int) or spec.groups < (1 if spec.transposed else 0):
+        raise ValueError(f"{where}: groups must be an int >= 1 (0: Cin / weight.shape[1], not transposed)")
     if spec.dtype not in _DTYPES:
         raise ValueError(f"{where}: dtype {spec.dtype!r} not in {_DTYPES}")
     if spec.fp32_precision not in _PRECISIONS:
@@ -323,7 +323,7 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         f"    w5 = w.reshape(w.shape[:2] + (1,) * {pad3} + w.shape[2:])",
         "    nb, cin, i_d, i_h, i_w = x5.shape",
         "    k_d, k_h, k_w = w5.shape[2:]",
-        f"    groups = {spec.groups}",
+        f"    groups = {spec.groups}" if spec.groups else "    groups = max(1, cin // w5.shape[1])",
     ]
     if spec.transposed:
         L += [
@@ -338,7 +338,7 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
             "    cin_g, cout_g = w5.shape[1], w5.shape[0] // groups",
             "    if cin_g * groups != cin or cout_g * groups != w5.shape[0]:",
             f'        raise ValueError(f"launch_{name}: weight {{tuple(w.shape)}} does not match {{cin}} input channels '
-            f'in {spec.groups} group(s)")',
+            f'in {{groups}} group(s)")',
             f"    o_d, o_h, o_w = ((i + 2 * p - d * (k - 1) - 1) // s + 1 for i, s, p, d, k in "
             f"zip((i_d, i_h, i_w), {stride}, {padding}, {dilation}, (k_d, k_h, k_w)))",
         ]

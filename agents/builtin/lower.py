@@ -498,7 +498,9 @@ def _conv(c: _Ctx, b: dict) -> bool:
             return False
         attrs[key] = v
     groups = b.get("groups", 1)
-    if type(groups) is not int or groups < 1:
+    if type(groups) is not int and not transposed:
+        groups = 0  # a size that changes with SMALL (depthwise: groups=channels): from the shapes at run time
+    elif type(groups) is not int or groups < 1:
         return False
     attrs["groups"] = groups
     bias = b.get("bias")

@@ -197,6 +197,38 @@ def test_conv_half_types(load, close, dtype):
     run(load, close, p, _inputs((2, 3, 6, 5)), dtype, kernels=1)
 
 
+def test_depthwise_groups_that_change_with_small_sizes():
+    """``groups=channels`` is a size (a Sym after capture at two sizes): ordinary convs read it from the
+    shapes at run time, so the depthwise conv is still ours at the SMALL size the sandbox runs."""
+    src = """import torch
+
+channels = 6
+SMALL = {"channels": 3}
+
+
+class Model(torch.nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.dw = torch.nn.Conv2d(channels, channels, 3, padding=1, groups=channels, bias=False)
+
+    def forward(self, x):
+        return torch.relu(self.dw(x))
+
+
+def get_inputs():
+    return [torch.randn(2, channels, 7, 6)]
+
+
+def get_init_inputs():
+    return [channels]
+"""
+    p = Problem(name="dw", source=src)
+    code = build(p)
+    assert any(": conv" in g for g in code.meta["groups"]) and not code.meta["uncaptured"], code.meta
+    result = sandbox.evaluate(p, code.source, small=True, device="cpu", trials=2, timing=False)
+    assert result["status"] == "correct", f"{result['status']}: {result['error_text']}"
+
+
 def test_library_variant_and_precision_rule():
     p = _conv_problem("Conv2d(3, 16, 3)", "        return torch.relu(self.conv(x))", (2, 3, 6, 6))
     code = build(p)
@@ -211,7 +243,7 @@ def test_spec_errors_are_one_line():
     with pytest.raises(ValueError, match="stride must be 2 ints"):
         conv_kernel(ConvSpec("c", dims=2, stride=(1,)))
     with pytest.raises(ValueError, match="groups must be"):
-        conv_kernel(ConvSpec("c", groups=0))
+        conv_kernel(ConvSpec("c", groups=0, transposed=True))
     ks = conv_kernel(ConvSpec("c"))
     assert set(ks.config) <= set(ks.space) | {"num_stages"} and "BLOCK_M" in ks.space
 
