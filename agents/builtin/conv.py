@@ -147,17 +147,30 @@ def _kernel_src(spec: ConvSpec) -> str:
     params += ["NB", "ID", "IH", "IW", "COUT", "OD", "OH", "OW",
                "sxn", "sxc", "sxd", "sxh", "sxw", "sw0", "sw1", "swd", "swh", "sww", *strides]
     consts = ["CIN_G", "COUT_G", "KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW",
-              "TRANSPOSED", "USE_DOT", "UPCAST", "BIG", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"]
+              "TRANSPOSED", "SUBPIX", "USE_DOT", "UPCAST", "BIG", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"]
     if red:
         params.insert(3, "ws_ptr")
     params += [f"{c}: tl.constexpr" for c in consts]
     prec = spec.fp32_precision if spec.dtype == "float32" else "ieee"
     dot = f'acc = tl.dot(a, b, acc, input_precision="{prec}")' if spec.dtype == "float32" else "acc = tl.dot(a, b, acc)"
 
+    subpix = _subpixel(spec)
+    # sub-pixel transposed conv: program_id(2) is the output's phase (o mod s per dim); in one phase the
+    # valid taps are k = k0 + s*t, so no tap is visited in vain, and the input pixel is j - t + const
+    phase = [
+        "cls = tl.program_id(2)",
+        "rw = cls % SW",
+        "rh = (cls // SW) % SH",
+        "rd = cls // (SW * SH)",
+        "QD = tl.maximum(tl.cdiv(OD - rd, SD), 0)",
+        "QH = tl.maximum(tl.cdiv(OH - rh, SH), 0)",
+        "QW = tl.maximum(tl.cdiv(OW - rw, SW), 0)",
+        "M = NB * QD * QH * QW",
+    ]
     body = [
         "pid = tl.program_id(0)",
         "g = tl.program_id(1)",
-        "M = NB * OD * OH * OW",
+        *(phase if subpix else ["M = NB * OD * OH * OW"]),
         "S = OD * OH * OW",
         *(["# reduced over the pixels of one sample: a pixel block never spans two samples",
            "TPS = tl.cdiv(S, BLOCK_M)", "num_pid_m = NB * TPS"] if red else ["num_pid_m = tl.cdiv(M, BLOCK_M)"]),
@@ -165,7 +178,10 @@ def _kernel_src(spec: ConvSpec) -> str:
         "# grouped ordering: GROUP_M pixel blocks sweep the channel blocks together (weight reuse in L2)",
         "group_span = GROUP_M * num_pid_n",
         "first_m = (pid // group_span) * GROUP_M",
-        "group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)",
+        # (sub-pixel: the grid covers the largest phase, so a program may lie past its own phase's tiles:
+        # its rows are all masked, and group_rows must stay >= 1)
+        "group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)" if not subpix else
+        "group_rows = tl.maximum(tl.minimum(num_pid_m - first_m, GROUP_M), 1)",
         "pid_m = first_m + (pid % group_span) % group_rows",
         "pid_n = (pid % group_span) // group_rows",
         *(["sp_t = pid_m % TPS", "sp_m = sp_t * BLOCK_M + tl.arange(0, BLOCK_M)",
@@ -173,28 +189,34 @@ def _kernel_src(spec: ConvSpec) -> str:
           ["offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "mask_m = offs_m < M"]),
         "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
         "mask_n = offs_n < COUT_G",
-        "ow = offs_m % OW",
-        "t = offs_m // OW",
-        "oh = t % OH",
-        "t = t // OH",
-        "od = t % OD",
-        "nb = t // OD",
+        *(["ow = rw + SW * (offs_m % QW)", "t = offs_m // QW", "oh = rh + SH * (t % QH)", "t = t // QH",
+           "od = rd + SD * (t % QD)", "nb = t // QD"] if subpix else
+          ["ow = offs_m % OW", "t = offs_m // OW", "oh = t % OH", "t = t // OH", "od = t % OD", "nb = t // OD"]),
         "if BIG:",
         "    nb = nb.to(tl.int64)",
         "x_base = nb * sxn + (g * CIN_G) * sxc",
         "co = g * COUT_G + offs_n",
-        "KTOT = CIN_G * KD * KH * KW",
+        *(["kd0 = (rd + PD) % SD", "kh0 = (rh + PH) % SH", "kw0 = (rw + PW) % SW",
+           "TD = tl.maximum(tl.cdiv(KD - kd0, SD), 0)", "TH = tl.maximum(tl.cdiv(KH - kh0, SH), 0)",
+           "TW = tl.maximum(tl.cdiv(KW - kw0, SW), 0)", "KTOT = CIN_G * TD * TH * TW"] if subpix else
+          ["KTOT = CIN_G * KD * KH * KW"]),
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
         "for k0 in range(0, KTOT, BLOCK_K):",
         "    offs_k = k0 + tl.arange(0, BLOCK_K)",
         "    mask_k = offs_k < KTOT",
-        "    kw = offs_k % KW",
-        "    tk = offs_k // KW",
-        "    kh = tk % KH",
-        "    tk = tk // KH",
-        "    kd = tk % KD",
-        "    ci = tk // KD",
-        "    if TRANSPOSED:",
+        *(["    kw = kw0 + SW * (offs_k % TW)", "    tk = offs_k // TW", "    kh = kh0 + SH * (tk % TH)",
+           "    tk = tk // TH", "    kd = kd0 + SD * (tk % TD)", "    ci = tk // TD",
+           "    # o + p - k is a multiple of s by the choice of k (exact division, negative or not)",
+           "    idd = (od[:, None] + PD - kd[None, :]) // SD",
+           "    ih = (oh[:, None] + PH - kh[None, :]) // SH",
+           "    iw = (ow[:, None] + PW - kw[None, :]) // SW",
+           "    ok = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
+           "    w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1"] if subpix else
+          ["    kw = offs_k % KW", "    tk = offs_k // KW", "    kh = tk % KH", "    tk = tk // KH", "    kd = tk % KD",
+           "    ci = tk // KD"]),
+        "    if SUBPIX:",
+        "        pass",
+        "    elif TRANSPOSED:",
         "        # the input pixel a tap reads: (o + p - k*d) / s, where that is a whole number in range",
         "        td = od[:, None] + PD - kd[None, :] * DD",
         "        th = oh[:, None] + PH - kh[None, :] * DH",
@@ -258,7 +280,7 @@ def _kernel_src(spec: ConvSpec) -> str:
         ]
     else:
         body += [
-            "sp = offs_m - (offs_m // S) * S",
+            "sp = (od * OH + oh) * OW + ow",
             "out_off = (nb * COUT * S + sp)[:, None] + co[None, :] * S",
             "tl.store(out_ptr + out_off, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])",
         ]
@@ -267,6 +289,11 @@ def _kernel_src(spec: ConvSpec) -> str:
     if red:
         text += "\n\n" + _finish_src(spec)
     return text
+
+
+def _subpixel(spec: ConvSpec) -> bool:
+    """Transposed, strided, undilated, no pooling: the phase-split kernel (see ``_kernel_src``)."""
+    return spec.transposed and max(spec.stride) > 1 and max(spec.dilation) == 1 and spec.reduction is None
 
 
 def _finish_src(spec: ConvSpec) -> str:
@@ -403,6 +430,12 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
             "    ws = torch.empty((nb, tps, cout), device=x.device, dtype=torch.float32)",
             "    grid = (nb * tps * triton.cdiv(cout_g, bn), groups)",
         ]
+    elif _subpixel(spec):
+        L += [
+            "    # one grid plane per output phase, sized for the largest phase",
+            f"    qmax = nb * -(-o_d // {stride[0]}) * -(-o_h // {stride[1]}) * -(-o_w // {stride[2]})",
+            f"    grid = (triton.cdiv(qmax, bm) * triton.cdiv(cout_g, bn), groups, {stride[0] * stride[1] * stride[2]})",
+        ]
     else:
         L.append("    grid = (triton.cdiv(m, bm) * triton.cdiv(cout_g, bn), groups)")
     L += [
@@ -414,7 +447,7 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         *[f"        {s}," for s in strides],
         "        CIN_G=cin_g, COUT_G=cout_g, KD=k_d, KH=k_h, KW=k_w,",
         f"        SD={stride[0]}, SH={stride[1]}, SW={stride[2]}, PD={padding[0]}, PH={padding[1]}, PW={padding[2]},",
-        f"        DD={dilation[0]}, DH={dilation[1]}, DW={dilation[2]}, TRANSPOSED={spec.transposed},",
+        f"        DD={dilation[0]}, DH={dilation[1]}, DW={dilation[2]}, TRANSPOSED={spec.transposed}, SUBPIX={_subpixel(spec)},",
         f"        USE_DOT=use_dot, UPCAST=({spec.dtype == 'bfloat16'} and not x.is_cuda), BIG=big,",
         '        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(cfg["GROUP_M"]),',
         '        num_warps=int(cfg["num_warps"]), num_stages=int(cfg["num_stages"]),',

@@ -114,6 +114,16 @@ CASES = {
     "conv_transpose1d": (
         "ConvTranspose1d(3, 16, 4, stride=3, padding=2, dilation=2)",
         "        return self.conv(x) * 0.5", (2, 3, 7), [(2, 3, 7), (1, 3, 4)]),
+    # sub-pixel path (stride > 1, no dilation): a stride above the kernel leaves phases with no tap at all
+    "conv_transpose2d_stride_over_kernel": (
+        "ConvTranspose2d(4, 16, 2, stride=3, output_padding=2)",
+        "        return self.conv(x) - 0.25", (2, 4, 3, 4), [(2, 4, 3, 4), (1, 4, 1, 2)]),
+    "conv_transpose2d_grouped_mixed_stride": (
+        "ConvTranspose2d(4, 32, (3, 4), stride=(2, 1), padding=(1, 2), groups=2)",
+        "        return torch.relu(self.conv(x))", (2, 4, 5, 6), [(2, 4, 5, 6)]),
+    "conv_transpose1d_subpixel": (
+        "ConvTranspose1d(3, 16, 5, stride=2, padding=2, output_padding=1)",
+        "        return self.conv(x)", (2, 3, 6), [(2, 3, 6), (1, 3, 1)]),
     "conv_transpose3d": (
         "ConvTranspose3d(3, 16, 3, stride=2, padding=1)",
         "        return torch.nn.functional.silu(self.conv(x))", (1, 3, 3, 4, 3), [(1, 3, 3, 4, 3)]),
@@ -298,3 +308,10 @@ def test_kernelbench_conv_on_gpu_full_size(rel):
     assert share is not None and share > 0.5, (share, result["details"].get("own_kernels"))
     print(f"{rel}: {result.get('median_ms')} ms, eager {result.get('eager_ms')} ms, compile {result.get('compile_ms')} ms, "
           f"own-kernel share {share:.2f}")
+
+
+def test_strided_transposed_conv_takes_the_subpixel_path():
+    """The phase split is what the transposed cases above exercise when strided and undilated."""
+    for case, want in (("conv_transpose2d_stride_over_kernel", True), ("conv_transpose2d_grouped_dilated", False)):
+        layer, forward, shape, _ = CASES[case]
+        assert ("SUBPIX=True" in build(_conv_problem(layer, forward, shape)).source) is want, case
