@@ -344,7 +344,9 @@ def _conv_source(graph: Graph, grp: Group, settings: dict, variant: dict) -> tup
                     dilation=tuple(a["dilation"]), output_padding=tuple(a["output_padding"]), groups=a["groups"],
                     transposed=a["transposed"], dtype=dtype, fp32_precision=prec, operands=tuple(operands),
                     epilogue="\n".join(lines), reduction=grp.row_reduction,
-                    keepdim=bool(grp.row_reduction and graph.node(grp.tail).attrs["keepdim"]))
+                    keepdim=bool(grp.row_reduction and graph.node(grp.tail).attrs["keepdim"]),
+                    red_axis="channel" if grp.row_reduction and tuple(graph.node(grp.tail).attrs["dims"]) == (1,)
+                    else "spatial")
     ks = conv_kernel(spec)
     config = {**ks.config, **(variant.get("config") or {})}
     space = dict(ks.space)

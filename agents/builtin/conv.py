@@ -72,6 +72,9 @@ class ConvSpec:
     # launcher then returns [N, C] (``keepdim``: [N, C, 1, ...]) and the full output is never stored
     reduction: str | None = None
     keepdim: bool = False
+    # "spatial" (above) or "channel": over dim 1 with every channel in one tile (groups == 1), the
+    # launcher then returns [N, *spatial] (``keepdim``: [N, 1, *spatial])
+    red_axis: str = "spatial"
 
 
 def _check(spec: ConvSpec) -> None:
@@ -101,6 +104,10 @@ def _check(spec: ConvSpec) -> None:
         seen.add(op.name)
     if spec.reduction not in REDUCTIONS:
         raise ValueError(f"{where}: reduction {spec.reduction!r} not in {REDUCTIONS}")
+    if spec.red_axis not in ("spatial", "channel"):
+        raise ValueError(f"{where}: red_axis {spec.red_axis!r} is not 'spatial' or 'channel'")
+    if spec.reduction and spec.red_axis == "channel" and spec.groups != 1:
+        raise ValueError(f"{where}: a channel reduction needs groups == 1")
     try:
         ast.parse(textwrap.dedent(spec.epilogue))
     except SyntaxError as e:
@@ -135,7 +142,8 @@ def _kernel_src(spec: ConvSpec) -> str:
     if has_epi:
         helpers = ["@triton.jit", f"def {epi_fn}({', '.join(['acc', *[o.name for o in spec.operands]])}):",
                    *_indent(_stmts(spec.epilogue), 1), "    return acc", ""]
-    red = spec.reduction
+    red = spec.reduction if spec.red_axis == "spatial" else None
+    cred = spec.reduction if spec.red_axis == "channel" else None
     params = ["x_ptr", "w_ptr", "out_ptr"]
     strides: list[str] = []
     for op in spec.operands:
@@ -278,6 +286,17 @@ def _kernel_src(spec: ConvSpec) -> str:
             "ws_off = ((pid_m // TPS) * TPS + sp_t).to(tl.int64) * COUT + co",
             "tl.store(ws_ptr + ws_off, part, mask=mask_n)",
         ]
+    elif cred:
+        # every channel is in this tile (BLOCK_N >= COUT): reduce the row in registers, store [N, S]
+        if cred in ("sum", "mean"):
+            row = "tl.sum(tl.where(mask_n[None, :], acc, 0.0), 1)" + (" / COUT" if cred == "mean" else "")
+        else:
+            fill = 'float("-inf")' if cred == "amax" else 'float("inf")'
+            row = f"tl.{'max' if cred == 'amax' else 'min'}(tl.where(mask_n[None, :], acc, {fill}), 1)"
+        body += [
+            f"row = {row}",
+            "tl.store(out_ptr + nb * S + (od * OH + oh) * OW + ow, row.to(out_ptr.dtype.element_ty), mask=mask_m)",
+        ]
     else:
         body += [
             "sp = (od * OH + oh) * OW + ow",
@@ -293,7 +312,8 @@ def _kernel_src(spec: ConvSpec) -> str:
 
 def _subpixel(spec: ConvSpec) -> bool:
     """Transposed, strided, undilated, no pooling: the phase-split kernel (see ``_kernel_src``)."""
-    return spec.transposed and max(spec.stride) > 1 and max(spec.dilation) == 1 and spec.reduction is None
+    return spec.transposed and max(spec.stride) > 1 and max(spec.dilation) == 1 and (
+        spec.reduction is None or spec.red_axis == "channel")
 
 
 def _finish_src(spec: ConvSpec) -> str:
@@ -374,7 +394,18 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         "    oshape = (nb, cout) + (o_d, o_h, o_w)",
         f"    full = (nb, cout) + (o_d, o_h, o_w)[{pad3}:]  # the conv's own output shape",
     ]
-    if spec.reduction:
+    sred = spec.reduction if spec.red_axis == "spatial" else None
+    if spec.reduction and not sred:
+        L += [
+            f"    out = torch.empty((nb, o_d * o_h * o_w), device=x.device, dtype={tdt})",
+            f"    ret = out.reshape((nb,) + (1,) * {spec.keepdim} + (o_d, o_h, o_w)[{pad3}:])",
+            "    if out.numel() == 0:",
+            "        return ret",
+            "    if cout > 256:",
+            f'        raise ValueError(f"launch_{name}: a channel reduction keeps all channels in one tile (<= 256), '
+            'got {cout}")',
+        ]
+    elif sred:
         L += [
             f"    out = torch.empty((nb, cout), device=x.device, dtype={tdt})",
             f"    ret = out.reshape((nb, cout) + (1,) * {nd}) if {spec.keepdim} else out",
@@ -413,18 +444,22 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         "    use_dot = cout_g >= 16",
         "    if not use_dot:",
         "        bn = triton.next_power_of_2(cout_g)",
+        *(["    bn = max(bn, triton.next_power_of_2(cout))  # the whole channel row in one tile"]
+          if spec.reduction and not sred else []),
         "    ktot = cin_g * k_d * k_h * k_w",
         '    bk = max(16, min(int(cfg["BLOCK_K"]), triton.next_power_of_2(ktot)))',
         "    if not use_dot:",
         "        bk = min(bk, max(1, 4096 // (bn * 32)))  # the [BM, BK, BN] product stays in registers",
         "        bk = max(1, min(bk, triton.next_power_of_2(ktot)))",
         "    m = nb * o_d * o_h * o_w",
-        f'    bm = max(16, min(int(cfg["BLOCK_M"]), triton.next_power_of_2({"o_d * o_h * o_w" if spec.reduction else "m"})))',
+        f'    bm = max(16, min(int(cfg["BLOCK_M"]), triton.next_power_of_2({"o_d * o_h * o_w" if sred else "m"})))',
         "    if not use_dot:",
         "        bm = min(bm, 128)",
+        *(["    bm = max(16, min(bm, 8192 // bn))  # a wide channel row: fewer pixels keep the tile in registers"]
+          if spec.reduction and not sred else []),
         "    big = max(x5.numel(), m * cout, *(t.numel() for t in extra if isinstance(t, torch.Tensor))) >= 2**31 - 1",
     ]
-    if spec.reduction:
+    if sred:
         L += [
             "    tps = triton.cdiv(o_d * o_h * o_w, bm)",
             "    ws = torch.empty((nb, tps, cout), device=x.device, dtype=torch.float32)",
@@ -440,7 +475,7 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         L.append("    grid = (triton.cdiv(m, bm) * triton.cdiv(cout_g, bn), groups)")
     L += [
         f"    {name}_kernel[grid](",
-        f"        x5, w5, out, {'ws, ' if spec.reduction else ''}",
+        f"        x5, w5, out, {'ws, ' if sred else ''}",
         *[f"        {a}," for a in args],
         "        nb, i_d, i_h, i_w, cout, o_d, o_h, o_w,",
         "        *x5.stride(), *w5.stride(),",
@@ -453,7 +488,7 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         '        num_warps=int(cfg["num_warps"]), num_stages=int(cfg["num_stages"]),',
         "    )",
     ]
-    if spec.reduction:
+    if sred:
         L += [
             "    bt = min(64, triton.next_power_of_2(tps))",
             "    bc = min(64, triton.next_power_of_2(cout))",

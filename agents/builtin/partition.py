@@ -11,7 +11,8 @@ Group kinds:
                  logsumexp / layer_norm / sum / max, then a row epilogue;
 - ``conv``       one convolution (``conv.py``) and the pointwise DAG after it (bias, activations,
                  scaling, residuals: operands that broadcast to the output), one output; optionally
-                 then a sum/mean/max/min over all spatial dims (global pooling, ``row_reduction``);
+                 then a sum/mean/max/min over all spatial dims (global pooling, ``row_reduction``) or
+                 over the channels (<= 256, groups 1);
 - ``special``    one scan / gather / pooling node with a template of its own (``special.py``);
 - ``torch``      one view / opaque / getitem node, or a node an action sent back to PyTorch.
 
@@ -401,8 +402,11 @@ class _Partitioner:
         tail = grp.tail
         red = self.g.node(users[tail][0]) if len(users[tail]) == 1 else None
         spatial = tuple(range(2, len(grp.domain)))
+        # or over the channels, when they all fit one tile and are not split into groups
+        channel = self.g.node(conv).attrs["groups"] == 1 and grp.domain[1] <= 256
         if red is not None and red.kind == "reduce" and red.op in ("sum", "mean", "amax", "amin") \
-                and tuple(red.attrs["dims"]) == spatial and red.attrs.get("correction") is None \
+                and (tuple(red.attrs["dims"]) == spatial or channel and tuple(red.attrs["dims"]) == (1,)) \
+                and red.attrs.get("correction") is None \
                 and tail not in self.outputs and red.name not in self.o.cuts and red.name not in self.o.torch_nodes \
                 and grp.id not in self.o.no_row_fusion and red.dtype in FLOAT_DTYPES:
             grp.row_reduction, grp.row_block = red.op, [red.name]

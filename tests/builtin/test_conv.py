@@ -172,6 +172,10 @@ POOLS = {
     "sum": ("x.sum((2, 3))", "sum"),
     "amax": ("torch.amax(x, (2, 3))", "amax"),
     "amin": ("torch.amin(x, (-1, -2), keepdim=True)", "amin"),
+    # over the channels: the whole channel row is in one tile, reduced in registers
+    "channel_min": ("torch.min(x, dim=1, keepdim=True)[0]", "amin"),
+    "channel_mean": ("x.mean(1)", "mean"),
+    "channel_amax": ("torch.amax(x, 1)", "amax"),
 }
 
 
