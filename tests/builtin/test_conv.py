@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from kernellab.agents.builtin import LibraryGemm, SetConfig, build, built
+from kernellab.agents.builtin import LibraryGemm, SetConfig, action_from_dict, build, built
 from kernellab.agents.builtin.conv import ConvSpec, conv_kernel
 
 from kernellab import sandbox
@@ -319,3 +319,26 @@ def test_strided_transposed_conv_takes_the_subpixel_path():
     for case, want in (("conv_transpose2d_stride_over_kernel", True), ("conv_transpose2d_grouped_dilated", False)):
         layer, forward, shape, _ = CASES[case]
         assert ("SUBPIX=True" in build(_conv_problem(layer, forward, shape)).source) is want, case
+
+
+def test_planner_and_debugger_know_conv_groups():
+    """The plan offers cuDNN (and unfusing the pooling) for a conv group; a mismatch first gets IEEE
+    dots in the conv, then cuDNN; both replay to candidates that differ as said."""
+    from kernellab.agents.builtin import BuiltinAgents, KeepRowOut, Precision, candidate_actions
+
+    fwd = "        return torch.relu(self.conv(x)).mean((2, 3))"
+    p = _conv_problem("Conv2d(3, 16, 3)", fwd, (2, 3, 6, 6))
+    b, grp = _conv_group(p)
+    acts = [a for a, gid in candidate_actions(p, b) if gid == grp.id]
+    assert LibraryGemm(grp.gemm) in acts and KeepRowOut(grp.id) in acts
+    assert built(p, [KeepRowOut(grp.id)]).groups[-1].kind == "rows"  # the mean in a kernel of its own
+    code = build(p)
+    row = {"id": "c1", "parent_id": None, "source": code.source, "meta": code.meta, "selected": True,
+           "best": {"status": "incorrect"}}
+    seen = []
+    for _ in range(2):
+        fix = BuiltinAgents().debug(p, row, {"status": "incorrect", "error_text": "max abs err 0.3"})
+        seen.append(action_from_dict(fix.meta["actions"][-1]))
+        row = {**row, "source": fix.source, "meta": fix.meta}
+    assert seen == [Precision(grp.id, "ieee"), LibraryGemm(grp.gemm)]
+    assert 'input_precision="ieee"' in build(p, [seen[0]]).source
