@@ -331,7 +331,14 @@ def _conv_source(graph: Graph, grp: Group, settings: dict, variant: dict) -> tup
                 args.append(env.get(a.name, _opname(a.name)))
             else:
                 args.append("None" if a is None else literal(a))
-        e = emit_pw(node.op, args, node.attrs, list(node.args))
+        if node.kind == "reduce":  # over the channels, all in this tile: masked columns excluded
+            fill = {"sum": "0.0", "mean": "0.0", "amax": 'float("-inf")', "amin": 'float("inf")'}[node.op]
+            fn = {"sum": "sum", "mean": "sum", "amax": "max", "amin": "min"}[node.op]
+            e = f"tl.{fn}(tl.where(mask_n[None, :], {args[0]}, {fill}), 1)[:, None]"
+            if node.op == "mean":
+                e = f"({e} / tl.sum(tl.where(mask_n, 1.0, 0.0), 0))"
+        else:
+            e = emit_pw(node.op, args, node.attrs, list(node.args))
         if node.dtype in ("float16", "bfloat16"):
             e = round_to(e, node.dtype)
         lines.append(f"v_{name} = {e}")
@@ -340,13 +347,19 @@ def _conv_source(graph: Graph, grp: Group, settings: dict, variant: dict) -> tup
         lines.append(f"acc = v_{grp.epilogue[-1]}")
     a = cnode.attrs
     prec = variant.get("fp32_precision") or conv_precision(graph, grp, settings)
+    tail_node = graph.node(grp.tail)
+    if grp.row_reduction:
+        reduction, keepdim = grp.row_reduction, bool(tail_node.attrs["keepdim"])
+        axis = "channel" if tuple(tail_node.attrs["dims"]) == (1,) else "spatial"
+    elif tail_node.shape != cnode.shape:  # one value per pixel, made by channel reductions in the epilogue
+        reduction, keepdim, axis = "first", True, "channel"
+    else:
+        reduction, keepdim, axis = None, False, "spatial"
     spec = ConvSpec(name=grp.id, dims=a["dims"], stride=tuple(a["stride"]), padding=tuple(a["padding"]),
                     dilation=tuple(a["dilation"]), output_padding=tuple(a["output_padding"]), groups=a["groups"],
                     transposed=a["transposed"], dtype=dtype, fp32_precision=prec, operands=tuple(operands),
-                    epilogue="\n".join(lines), reduction=grp.row_reduction,
-                    keepdim=bool(grp.row_reduction and graph.node(grp.tail).attrs["keepdim"]),
-                    red_axis="channel" if grp.row_reduction and tuple(graph.node(grp.tail).attrs["dims"]) == (1,)
-                    else "spatial")
+                    epilogue="\n".join(lines), reduction=reduction, keepdim=keepdim, red_axis=axis,
+                    whole_channels=any(graph.node(n).kind == "reduce" for n in grp.epilogue))
     ks = conv_kernel(spec)
     config = {**ks.config, **(variant.get("config") or {})}
     space = dict(ks.space)

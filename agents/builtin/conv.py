@@ -37,8 +37,10 @@ __all__ = ["ConvSpec", "ConvOperand", "conv_kernel", "CONV_OPERAND_KINDS", "REDU
 CONV_OPERAND_KINDS = ("tensor", "scalar")
 _DTYPES = ("float32", "float16", "bfloat16")
 _PRECISIONS = ("ieee", "tf32", "tf32x3")
-_RESERVED = {"acc", "tl", "triton", "torch", "math"}
-REDUCTIONS = (None, "sum", "mean", "amax", "amin")
+_RESERVED = {"acc", "mask_n", "tl", "triton", "torch", "math"}
+# "first" (channel axis only): the epilogue already made one value per pixel (a logsumexp over the
+# channels...), broadcast along the row; the store keeps column 0
+REDUCTIONS = (None, "sum", "mean", "amax", "amin", "first")
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,9 @@ class ConvSpec:
     # "spatial" (above) or "channel": over dim 1 with every channel in one tile (groups == 1), the
     # launcher then returns [N, *spatial] (``keepdim``: [N, 1, *spatial])
     red_axis: str = "spatial"
+    # the epilogue reduces over the channels itself (softmax over dim 1...): every channel in one tile;
+    # the epilogue sees ``mask_n`` (the real channels) to leave the padding columns out
+    whole_channels: bool = False
 
 
 def _check(spec: ConvSpec) -> None:
@@ -104,9 +109,11 @@ def _check(spec: ConvSpec) -> None:
         seen.add(op.name)
     if spec.reduction not in REDUCTIONS:
         raise ValueError(f"{where}: reduction {spec.reduction!r} not in {REDUCTIONS}")
+    if spec.reduction == "first" and spec.red_axis != "channel":
+        raise ValueError(f"{where}: reduction 'first' is for the channel axis")
     if spec.red_axis not in ("spatial", "channel"):
         raise ValueError(f"{where}: red_axis {spec.red_axis!r} is not 'spatial' or 'channel'")
-    if spec.reduction and spec.red_axis == "channel" and spec.groups != 1:
+    if (spec.reduction and spec.red_axis == "channel" or spec.whole_channels) and spec.groups != 1:
         raise ValueError(f"{where}: a channel reduction needs groups == 1")
     try:
         ast.parse(textwrap.dedent(spec.epilogue))
@@ -140,7 +147,7 @@ def _kernel_src(spec: ConvSpec) -> str:
     has_epi = bool(_stmts(spec.epilogue))
     helpers: list[str] = []
     if has_epi:
-        helpers = ["@triton.jit", f"def {epi_fn}({', '.join(['acc', *[o.name for o in spec.operands]])}):",
+        helpers = ["@triton.jit", f"def {epi_fn}({', '.join(['acc', 'mask_n', *[o.name for o in spec.operands]])}):",
                    *_indent(_stmts(spec.epilogue), 1), "    return acc", ""]
     red = spec.reduction if spec.red_axis == "spatial" else None
     cred = spec.reduction if spec.red_axis == "channel" else None
@@ -195,6 +202,9 @@ def _kernel_src(spec: ConvSpec) -> str:
         *(["sp_t = pid_m % TPS", "sp_m = sp_t * BLOCK_M + tl.arange(0, BLOCK_M)",
            "offs_m = (pid_m // TPS) * S + sp_m", "mask_m = sp_m < S"] if red else
           ["offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "mask_m = offs_m < M"]),
+        *(["# a program past its phase's tiles aliases a real tile with pid_n out of range: it must store",
+           "# nothing (a per-pixel store of a channel reduction would otherwise see only masked channels)",
+           "mask_m = mask_m & (pid < num_pid_m * num_pid_n)"] if subpix else []),
         "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
         "mask_n = offs_n < COUT_G",
         *(["ow = rw + SW * (offs_m % QW)", "t = offs_m // QW", "oh = rh + SH * (t % QH)", "t = t // QH",
@@ -272,7 +282,7 @@ def _kernel_src(spec: ConvSpec) -> str:
         ]
         epi_args.append(f"o_{n}")
     if has_epi:
-        body.append(f"acc = {epi_fn}({', '.join(['acc', *epi_args])})")
+        body.append(f"acc = {epi_fn}({', '.join(['acc', 'mask_n', *epi_args])})")
     if red:
         # this block's partial per channel -> ws[sample, block, channel]; the finishing kernel combines
         # the blocks of a sample in a fixed order (deterministic, no atomics)
@@ -288,7 +298,9 @@ def _kernel_src(spec: ConvSpec) -> str:
         ]
     elif cred:
         # every channel is in this tile (BLOCK_N >= COUT): reduce the row in registers, store [N, S]
-        if cred in ("sum", "mean"):
+        if cred == "first":
+            row = "tl.sum(tl.where((tl.arange(0, BLOCK_N) == 0)[None, :], tl.broadcast_to(acc, (BLOCK_M, BLOCK_N)), 0.0), 1)"
+        elif cred in ("sum", "mean"):
             row = "tl.sum(tl.where(mask_n[None, :], acc, 0.0), 1)" + (" / COUT" if cred == "mean" else "")
         else:
             fill = 'float("-inf")' if cred == "amax" else 'float("inf")'
@@ -395,15 +407,13 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         f"    full = (nb, cout) + (o_d, o_h, o_w)[{pad3}:]  # the conv's own output shape",
     ]
     sred = spec.reduction if spec.red_axis == "spatial" else None
+    whole = spec.whole_channels or bool(spec.reduction and not sred)
     if spec.reduction and not sred:
         L += [
             f"    out = torch.empty((nb, o_d * o_h * o_w), device=x.device, dtype={tdt})",
             f"    ret = out.reshape((nb,) + (1,) * {spec.keepdim} + (o_d, o_h, o_w)[{pad3}:])",
             "    if out.numel() == 0:",
             "        return ret",
-            "    if cout > 256:",
-            f'        raise ValueError(f"launch_{name}: a channel reduction keeps all channels in one tile (<= 256), '
-            'got {cout}")',
         ]
     elif sred:
         L += [
@@ -419,6 +429,12 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
             "    ret = out.reshape(full)",
             "    if out.numel() == 0:",
             "        return ret",
+        ]
+    if whole:
+        L += [
+            "    if cout > 256:",
+            f'        raise ValueError(f"launch_{name}: a channel reduction keeps all channels in one tile (<= 256), '
+            'got {cout}")',
         ]
     args, strides = [], []
     for i, op in enumerate(spec.operands):
@@ -445,7 +461,7 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         "    if not use_dot:",
         "        bn = triton.next_power_of_2(cout_g)",
         *(["    bn = max(bn, triton.next_power_of_2(cout))  # the whole channel row in one tile"]
-          if spec.reduction and not sred else []),
+          if whole else []),
         "    ktot = cin_g * k_d * k_h * k_w",
         '    bk = max(16, min(int(cfg["BLOCK_K"]), triton.next_power_of_2(ktot)))',
         "    if not use_dot:",
@@ -456,7 +472,7 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         "    if not use_dot:",
         "        bm = min(bm, 128)",
         *(["    bm = max(16, min(bm, 8192 // bn))  # a wide channel row: fewer pixels keep the tile in registers"]
-          if spec.reduction and not sred else []),
+          if whole else []),
         "    big = max(x5.numel(), m * cout, *(t.numel() for t in extra if isinstance(t, torch.Tensor))) >= 2**31 - 1",
     ]
     if sred:

@@ -346,13 +346,28 @@ class _Partitioner:
                 return True
             return n.kind == "view" and r not in self.group_of and all(param_view(x) for x in n.refs())
 
+        # all channels in one tile (groups 1, <= 256): reductions over them (keepdim: softmax, logsumexp,
+        # a channel mean...) run in registers inside the epilogue, their [N, 1, *S] values broadcast back
+        whole = self.g.node(conv).attrs["groups"] == 1 and grp.domain[1] <= 256
+        per_pixel = (grp.domain[0], 1) + tuple(grp.domain[2:])
         for m in self.g.nodes[self.g.position[conv] + 1:]:
-            if m.kind != "pw" or m.shape is None or m.name in self.group_of \
-                    or m.name in self.o.cuts or m.name in self.o.torch_nodes:
+            if m.name in self.group_of or m.name in self.o.cuts or m.name in self.o.torch_nodes or m.shape is None:
                 continue
             refs = m.refs()
             reads = any(r in derived for r in refs)
-            if (m.shape != grp.domain if reads else not _broadcasts(m.shape, grp.domain)) \
+            if m.kind == "reduce":
+                src = m.args[0].name if isinstance(m.args[0], Ref) else None
+                if whole and src in derived and self.g.node(src).shape == grp.domain \
+                        and tuple(m.attrs["dims"]) == (1,) and m.attrs["keepdim"] \
+                        and m.op in ("sum", "mean", "amax", "amin") and m.attrs.get("correction") is None:
+                    members.add(m.name)
+                    derived.add(m.name)
+                    order.append(m.name)
+                continue
+            if m.kind != "pw":
+                continue
+            shape_ok = m.shape == grp.domain or (whole and m.shape == per_pixel)
+            if (not shape_ok if reads else not _broadcasts(m.shape, grp.domain)) \
                     or any(isinstance(a, Sym) for a in m.args):
                 continue
             mk, mlate = {}, set()
@@ -378,7 +393,8 @@ class _Partitioner:
                 late |= mlate
         users = self.g.users
         for tail in reversed(order):
-            if tail not in derived or self.g.node(tail).dtype not in FLOAT_DTYPES:
+            if tail not in derived or self.g.node(tail).dtype not in FLOAT_DTYPES \
+                    or self.g.node(tail).shape not in (grp.domain, per_pixel if whole else grp.domain):
                 continue
             anc, todo = set(), [tail]
             while todo:
@@ -400,7 +416,7 @@ class _Partitioner:
         # a sum/mean/max/min over every spatial dim (global pooling) read from the tail alone: the kernel
         # reduces its tiles and the full-size output is never stored
         tail = grp.tail
-        red = self.g.node(users[tail][0]) if len(users[tail]) == 1 else None
+        red = self.g.node(users[tail][0]) if len(users[tail]) == 1 and self.g.node(tail).shape == grp.domain else None
         spatial = tuple(range(2, len(grp.domain)))
         # or over the channels, when they all fit one tile and are not split into groups
         channel = self.g.node(conv).attrs["groups"] == 1 and grp.domain[1] <= 256

@@ -195,6 +195,39 @@ def test_conv_with_global_pooling_is_one_conv_group(load, close, pool, block_m):
     run(load, close, p, _inputs((2, 3, 6, 5), (3, 3, 9, 7)), torch.float32, actions=acts)
 
 
+# reductions over the channels inside the epilogue (all channels in one tile, results broadcast back)
+CHANNEL_BLOCKS = {
+    "softmax": ("torch.sigmoid(torch.softmax(x, dim=1)) * 2.0", 16),
+    "log_softmax": ("torch.log_softmax(x, 1) + x.mean(1, keepdim=True)", 16),
+    # a per-pixel tail (one value per pixel): the store keeps one column
+    "logsumexp": ("torch.relu(torch.logsumexp(x, dim=1, keepdim=True)) - 0.5", 16),
+    "softmax_fma_path": ("torch.softmax(x, dim=1)", 6),
+}
+
+
+@pytest.mark.parametrize("block", sorted(CHANNEL_BLOCKS))
+def test_channel_reductions_inside_the_epilogue(load, close, block):
+    expr, cout = CHANNEL_BLOCKS[block]
+    fwd = f"""        x = self.conv(x)
+        return {expr}"""
+    p = _conv_problem(f"Conv2d(3, {cout}, 3)", fwd, (2, 3, 6, 5))
+    b, grp = _conv_group(p)
+    assert any(b.graph.node(n).kind == "reduce" for n in grp.epilogue), grp.describe(b.graph)
+    run(load, close, p, _inputs((2, 3, 6, 5), (1, 3, 9, 4)), torch.float32, kernels=1)
+
+
+def test_subpixel_phases_with_a_per_pixel_tail(load, close):
+    """Phases differ in size; the grid covers the largest, and a program past its own phase's tiles
+    aliases a real tile (GROUP_M ordering): it must not store its all-masked channel reduction there."""
+    fwd = """        x = self.conv(x)
+        return torch.logsumexp(x, dim=1, keepdim=True) * 0.5"""
+    p = _conv_problem("ConvTranspose2d(3, 16, 3, stride=2)", fwd, (2, 3, 5, 4))
+    b, grp = _conv_group(p)
+    acts = [SetConfig(grp.id, (("BLOCK_M", 16), ("GROUP_M", 8)))]
+    assert "SUBPIX=True" in build(p, acts).source
+    run(load, close, p, _inputs((2, 3, 5, 4), (3, 3, 4, 6)), torch.float32, actions=acts)
+
+
 def test_pooling_of_a_value_read_elsewhere_stays_out(load, close):
     fwd = """        x = torch.relu(self.conv(x))
         return x.mean((2, 3)), x"""
