@@ -14,8 +14,8 @@ Layout (why the kernel looks the way it does):
   for output ``o`` and tap ``k`` the input is ``i = (o + p - k*d) / s`` where that divides exactly.
   Stride > 1 then wastes (s-1)/s of the taps per dim on masked loads: correct, not yet fast.
 - Tiles are ordered in groups of ``GROUP_M`` pixel blocks (the weight tile is reused from L2).
-- Channel blocks narrower than 16 (depthwise: one channel per group) cannot feed ``tl.dot``: there the
-  launcher picks the FMA path (an outer product summed over BLOCK_K in registers, exact fp32).
+- Channel groups narrower than ``DOT_MIN_N`` (8; depthwise: one channel per group) take the FMA path (an
+  outer product summed over BLOCK_K in registers, exact fp32); wider ones a dot of at least 16 columns.
 
 Numerics: fp32 accumulation always; float32 dots use ``input_precision`` ``ieee`` or ``tf32x3`` (~fp32
 accuracy on the tensor cores; codegen decides by the problem's tolerances) or ``tf32`` at loose ones.
@@ -133,12 +133,13 @@ def _indent(lines: list[str], n: int) -> list[str]:
 def default_config(spec: ConvSpec) -> dict[str, Any]:
     # 128 pixels x 64 channels x 32 taps: Cout of the KernelBench convs is 16-128, and K = Cin*taps is
     # often < 100, so wider channel tiles or deeper K steps would mostly be masked
-    return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
+    return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3,
+            "DOT_MIN_N": 8}
 
 
 def space(spec: ConvSpec) -> dict[str, list]:
     return {"BLOCK_M": [32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128], "BLOCK_K": [16, 32, 64],
-            "GROUP_M": [1, 8], "num_warps": [2, 4, 8], "num_stages": [2, 3, 4]}
+            "GROUP_M": [1, 8], "num_warps": [2, 4, 8], "num_stages": [2, 3, 4], "DOT_MIN_N": [1, 4, 8, 16]}
 
 
 def _kernel_src(spec: ConvSpec) -> str:
@@ -456,8 +457,9 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         strides += [f"s_{n}[{j}]" for j in range(5)]
     L += [
         '    bn = max(16, min(int(cfg["BLOCK_N"]), triton.next_power_of_2(cout_g)))',
-        "    # channel blocks below 16 cannot feed tl.dot: depthwise and other narrow groups take the FMA path",
-        "    use_dot = cout_g >= 16",
+        "    # narrow channel groups (depthwise) take the FMA path; from DOT_MIN_N channels on, a dot tile of 16",
+        "    # columns wastes less than the FMA path loses (and the interpreter runs dots far faster)",
+        '    use_dot = cout_g >= int(cfg.get("DOT_MIN_N", 8))',
         "    if not use_dot:",
         "        bn = triton.next_power_of_2(cout_g)",
         *(["    bn = max(bn, triton.next_power_of_2(cout))  # the whole channel row in one tile"]
