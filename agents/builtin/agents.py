@@ -273,7 +273,7 @@ def _smaller_tiles(b: Built, gid: str) -> Action | None:
     if grp is None:
         return None
     cur = (b.state.variant(gid).get("config") or {})
-    if grp.kind == "gemm":
+    if grp.kind in ("gemm", "conv"):
         bm, bn = int(cur.get("BLOCK_M", 128)), int(cur.get("BLOCK_N", 128))
         if bm <= 32 and bn <= 32:
             return None
@@ -297,13 +297,17 @@ def _precision_ladder(problem: Problem, b: Built) -> list[Action]:
             if dtype == "float32" and _precision(problem, b, g) in ("tf32", "tf32x3"):
                 out.append(Precision(g.id, "ieee"))
     for g in b.groups:
+        if g.kind == "conv" and b.state.variant(g.id).get("fp32_precision") != "ieee" \
+                and b.graph.node(b.graph.node(g.gemm).args[0].name).dtype == "float32":
+            out.append(Precision(g.id, "ieee"))
+    for g in b.groups:
         if g.kind == "rows" and b.state.variant(g.id).get("mode") != "multi_pass":
             out.append(ReductionMode(g.id, "multi_pass"))
     for g in b.groups:
         if g.kind == "gemm" and g.row_reduction:
             out.append(KeepRowOut(g.id))
     for g in b.groups:
-        if g.kind == "gemm":
+        if g.kind in ("gemm", "conv"):
             out.append(LibraryGemm(g.gemm))
     for g in b.groups:
         if g.kind in ("rows", "pointwise") and len(g.nodes) > 1:

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from .conv import ConvOperand, ConvSpec, conv_kernel
 from .gemm import GemmSpec, Operand, gemm_kernel
 from .ir import Dyn, Graph, Node, Ref, Sym
 from .loopgen import RUNTIME_HELPERS, loop_kernel
@@ -28,7 +29,8 @@ from .partition import Group
 from .pointwise import HELPERS, emit_pw, literal, round_to
 from .special import special_kernel, torch_expr
 
-__all__ = ["generate", "TF32_MIN_TOL", "allow_tf32", "tf32x3_ok", "default_precision", "auto_split_k"]
+__all__ = ["generate", "TF32_MIN_TOL", "allow_tf32", "tf32x3_ok", "default_precision", "conv_precision",
+           "auto_split_k"]
 
 TF32_MIN_TOL = 1e-2
 
@@ -141,6 +143,13 @@ def _torch_node(n: Node) -> str:
         return f"{args[0]}[{n.attrs['index']}]"
     if n.kind == "special":
         return torch_expr(n, args)
+    if n.kind == "conv":
+        a = n.attrs
+        fn = f"torch.nn.functional.conv{'_transpose' if a['transposed'] else ''}{a['dims']}d"
+        extra = f", output_padding={a['output_padding']}" if a["transposed"] else ""
+        groups = a["groups"] or f"{args[0]}.shape[1] // {args[1]}.shape[1]"
+        return (f"{fn}({args[0]}, {args[1]}, None, stride={a['stride']}, padding={a['padding']}{extra}, "
+                f"groups={groups}, dilation={a['dilation']}).to(torch.{n.dtype})")
     if n.kind == "gemm":
         if n.op == "linear":
             return f"torch.nn.functional.linear({args[0]}, {args[1]})"
@@ -281,6 +290,89 @@ def _gemm_source(graph: Graph, grp: Group, settings: dict, variant: dict) -> tup
     return ks.source, "\n".join(lines), config, space
 
 
+def conv_precision(graph: Graph, grp: Group, settings: dict) -> str:
+    """The seed's dot precision of a conv group, by the GEMM rule (``default_precision``) with
+    K = Cin/groups * taps; half types ignore it."""
+    cnode = graph.node(grp.gemm)
+    dtype = graph.node(cnode.args[0].name).dtype
+    if dtype != "float32":
+        return "ieee"
+    if allow_tf32(dtype, settings["atol"], settings["rtol"]):
+        return "tf32"
+    w = graph.node(cnode.args[1].name).shape or (1, 1)
+    k = (w[0] // cnode.attrs["groups"] if cnode.attrs["transposed"] else w[1]) * math.prod(w[2:])
+    return "tf32x3" if tf32x3_ok(dtype, settings["atol"], settings["rtol"], int(k), _reads_weight(graph, cnode)) \
+        else "ieee"
+
+
+def _conv_source(graph: Graph, grp: Group, settings: dict, variant: dict) -> tuple[str, str, dict, dict]:
+    """(kernel + launcher text, the forward lines, config, space) for one convolution group."""
+    cnode = graph.node(grp.gemm)
+    x, w = cnode.args[0].name, cnode.args[1].name
+    dtype = graph.node(x).dtype
+    operands: list[ConvOperand] = [ConvOperand(_opname(v), "tensor") for v in grp.operand_kinds]
+    passed: list[str] = list(grp.operand_kinds)
+    env = {cnode.name: "acc"}
+    lines: list[str] = []
+    if cnode.dtype in ("float16", "bfloat16") and grp.epilogue:
+        lines.append(f"acc = {round_to('acc', cnode.dtype)}")  # stored in the half type by the reference
+    scalars: list[str] = []
+    for name in grp.epilogue:
+        node = graph.node(name)
+        args = []
+        for a in node.args:
+            if isinstance(a, Dyn):  # a run-time number: a scalar operand of the template
+                if a.expr not in scalars:
+                    scalars.append(a.expr)
+                    operands.append(ConvOperand(f"c{len(scalars) - 1}", "scalar"))
+                    passed.append(a.expr)
+                args.append(f"c{scalars.index(a.expr)}")
+            elif isinstance(a, Ref):
+                args.append(env.get(a.name, _opname(a.name)))
+            else:
+                args.append("None" if a is None else literal(a))
+        if node.kind == "reduce":  # over the channels, all in this tile: masked columns excluded
+            fill = {"sum": "0.0", "mean": "0.0", "amax": 'float("-inf")', "amin": 'float("inf")'}[node.op]
+            fn = {"sum": "sum", "mean": "sum", "amax": "max", "amin": "min"}[node.op]
+            e = f"tl.{fn}(tl.where(mask_n[None, :], {args[0]}, {fill}), 1)[:, None]"
+            if node.op == "mean":
+                e = f"({e} / tl.sum(tl.where(mask_n, 1.0, 0.0), 0))"
+        else:
+            e = emit_pw(node.op, args, node.attrs, list(node.args))
+        if node.dtype in ("float16", "bfloat16"):
+            e = round_to(e, node.dtype)
+        lines.append(f"v_{name} = {e}")
+        env[name] = f"v_{name}"
+    if grp.epilogue:
+        lines.append(f"acc = v_{grp.epilogue[-1]}")
+    a = cnode.attrs
+    prec = variant.get("fp32_precision") or conv_precision(graph, grp, settings)
+    tail_node = graph.node(grp.tail)
+    if grp.row_reduction:
+        reduction, keepdim = grp.row_reduction, bool(tail_node.attrs["keepdim"])
+        axis = "channel" if tuple(tail_node.attrs["dims"]) == (1,) else "spatial"
+    elif tail_node.shape != cnode.shape:  # one value per pixel, made by channel reductions in the epilogue
+        reduction, keepdim, axis = "first", True, "channel"
+    else:
+        reduction, keepdim, axis = None, False, "spatial"
+    spec = ConvSpec(name=grp.id, dims=a["dims"], stride=tuple(a["stride"]), padding=tuple(a["padding"]),
+                    dilation=tuple(a["dilation"]), output_padding=tuple(a["output_padding"]), groups=a["groups"],
+                    transposed=a["transposed"], dtype=dtype, fp32_precision=prec, operands=tuple(operands),
+                    epilogue="\n".join(lines), reduction=reduction, keepdim=keepdim, red_axis=axis,
+                    whole_channels=any(graph.node(n).kind == "reduce" for n in grp.epilogue))
+    ks = conv_kernel(spec)
+    config = {**ks.config, **(variant.get("config") or {})}
+    space = dict(ks.space)
+    for key, val in (variant.get("config") or {}).items():
+        if isinstance(space.get(key), list) and val not in space[key]:
+            space[key] = sorted([*space[key], val])
+    tail = graph.node(grp.tail)
+    call = [f"{grp.tail} = launch_{grp.id}({x}, {w}{''.join(', ' + p for p in passed)}, config=CONFIG[{grp.id!r}])"]
+    if tail.dtype != dtype:
+        call.append(f"{grp.tail} = {grp.tail}.to(torch.{tail.dtype})")
+    return ks.source, "\n".join(call), config, space
+
+
 SMS = 132  # H200 streaming multiprocessors
 
 
@@ -348,6 +440,8 @@ def generate(problem_name: str, problem_source: str, graph: Graph, groups: list[
             continue
         if grp.kind == "gemm":
             src, call, cfg, spc = _gemm_source(graph, grp, settings, variant)
+        elif grp.kind == "conv":
+            src, call, cfg, spc = _conv_source(graph, grp, settings, variant)
         elif grp.kind == "special":
             ss = special_kernel(graph, grp, variant.get("config") or {})
             src, call, cfg, spc = ss.source, ss.call, ss.config, ss.space

@@ -2,8 +2,8 @@
 
 Ceilings (measured on the reference H200, torch 2.11; kernellab.report.CEILINGS): copy 4.22 TB/s read+write; cuBLAS fp32 51 TFLOP/s, tf32 355,
 bf16/fp16 ~700. Bytes are what a group must move at least (its inputs once, its outputs once);
-FLOPs are 2MNK per GEMM plus one per element per pointwise/reduction op. Convolutions and other
-uncaptured ops count their bytes only.
+FLOPs are 2MNK per GEMM (a conv group: 2 x outputs x Cin/groups x taps) plus one per element per
+pointwise/reduction op. Uncaptured ops count their bytes only.
 """
 
 from __future__ import annotations
@@ -67,13 +67,21 @@ def group_costs(graph: Graph, groups: list[Group], tf32: bool = False) -> list[G
                 dims = {"M": a.shape[-2] if n.op == "bmm" else m, "N": nn, "K": k,
                         "B": a.shape[0] if n.op == "bmm" else 1}
                 dtype = a.dtype or dtype
+            elif n.kind == "conv" and n.shape is not None:
+                w = graph.node(n.args[1].name).shape
+                taps = math.prod(w[2:])
+                k = (w[0] // n.attrs["groups"] if n.attrs["transposed"] else w[1]) * taps
+                # transposed: every output pixel visits all taps, (1 - 1/stride) of them masked
+                flops += 2.0 * math.prod(n.shape) * k
+                dims = {"M": math.prod(n.shape) // n.shape[1], "N": n.shape[1], "K": k, "B": 1}
+                dtype = graph.node(n.args[0].name).dtype or dtype
             elif n.kind in ("pw", "reduce") and n.shape is not None:
                 src = graph.node(n.args[0].name) if n.kind == "reduce" else n
                 flops += float(math.prod(src.shape or (1,)))
         if grp.kind == "rows":
             dims = {"R": math.prod(grp.domain[d] for d in grp.red_dims),
                     "rows": math.prod(grp.domain) // max(1, math.prod(grp.domain[d] for d in grp.red_dims))}
-        peak = peak_flops(dtype, tf32) if grp.kind == "gemm" or any(
+        peak = peak_flops(dtype, tf32) if grp.kind in ("gemm", "conv") or any(
             graph.node(n).kind == "gemm" for n in grp.nodes) else _PEAK["float32"]
         secs = max(nbytes / CEILING_BW, flops / peak)
         out.append(GroupCost(grp.id, grp.kind, nbytes, flops, secs, dims))

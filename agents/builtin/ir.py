@@ -6,10 +6,12 @@ A node is one of
 - ``pw``      a pointwise op (``op`` in :data:`POINTWISE`), computed in fp32 inside kernels;
 - ``reduce``  ``sum`` / ``amax`` / ``amin`` over ``attrs["dims"]`` with ``attrs["keepdim"]``;
 - ``gemm``    ``mm`` / ``bmm`` / ``linear`` / ``addmm`` / ``matmul``;
+- ``conv``    ``conv`` / ``conv_transpose`` (x, weight), bias-free; ``attrs``: dims, stride, padding,
+              dilation, output_padding, groups, transposed (``conv.py``'s template);
 - ``special`` ``cumsum`` / ``embedding`` / ``max_pool2d``: an op with a template of its own
               (``special.py``), attributes in ``attrs``;
 - ``view``    a metadata-only ATen op (view, permute, unsqueeze...) run by PyTorch between kernels;
-- ``opaque``  any other ATen op, left to PyTorch (convolutions, pooling...); ``op`` = the overload name;
+- ``opaque``  any other ATen op, left to PyTorch (avg pooling, ...); ``op`` = the overload name;
 - ``getitem`` element ``attrs["index"]`` of a tuple-valued opaque node.
 Arguments are :class:`Ref` (another node), :class:`Sym` (a size read at run time) or constants.
 High-level ops (softmax, layer_norm...) arrive already expanded into ``pw``/``reduce`` nodes that

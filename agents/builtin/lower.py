@@ -440,6 +440,8 @@ def _lower_aten(c: _Ctx) -> bool:
         _gemm(c, "mm", b["mat1"], b["mat2"], n.shape, bias=b["self"], alpha=float(b["alpha"]),
               beta=float(b["beta"]))
         return True
+    if op in _CONVS and _is_float(n.dtype) and _conv(c, b):
+        return True
     if op in _CONVS and b.get("bias") is not None and _is_float(n.dtype) and len(n.attrs["args"]) > 2:
         # cuDNN adds the bias in a pass of its own; as a pointwise op it fuses with what follows
         nd = len(n.shape)
@@ -464,6 +466,54 @@ def _lower_aten(c: _Ctx) -> bool:
 
 
 _CONVS = ("convolution.default", "conv1d.default", "conv2d.default", "conv3d.default")
+
+
+def _ints(v: Any, n: int) -> list[int] | None:
+    """A conv parameter as ``n`` plain ints (None: a string padding, a size read at run time...)."""
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    if len(v) == 1:
+        v = v * n
+    if len(v) != n or not all(type(x) is int for x in v):
+        return None
+    return v
+
+
+def _conv(c: _Ctx, b: dict) -> bool:
+    """A convolution becomes a ``conv`` node (our implicit-GEMM template, ``conv.py``) and its bias a
+    pointwise add, so bias, activation, scaling and residual reach the partitioner as one epilogue."""
+    n = c.node
+    x, w = b.get("input"), b.get("weight")
+    if not isinstance(x, Ref) or not isinstance(w, Ref) or n.shape is None:
+        return False
+    nd = len(n.shape) - 2
+    if nd not in (1, 2, 3) or len(c.shape(x) or ()) != nd + 2 or len(c.shape(w) or ()) != nd + 2:
+        return False
+    if not (_is_float(c.dtype(x)) and c.dtype(x) == c.dtype(w) == n.dtype):
+        return False
+    transposed = bool(b.get("transposed", False))
+    attrs = {"dims": nd, "transposed": transposed}
+    for key, default in (("stride", 1), ("padding", 0), ("dilation", 1), ("output_padding", 0)):
+        v = _ints(b.get(key, default), nd)
+        if v is None:
+            return False
+        attrs[key] = v
+    groups = b.get("groups", 1)
+    if type(groups) is not int and not transposed:
+        groups = 0  # a size that changes with SMALL (depthwise: groups=channels): from the shapes at run time
+    elif type(groups) is not int or groups < 1:
+        return False
+    attrs["groups"] = groups
+    bias = b.get("bias")
+    if bias is not None and not isinstance(bias, Ref):
+        return False
+    # the bias view first: a value made after the conv's group has started cannot join it (partition.py)
+    bv = _channel_view(c, bias, nd + 2) if bias is not None else None
+    # with a bias the bare product stays fp32, as the reference adds the bias before its one rounding
+    conv = c.emit("conv", "conv_transpose" if transposed else "conv", (x, w), n.shape,
+                  n.dtype if bias is None else "float32", attrs, final=bias is None)
+    if bias is not None:
+        c.pw("add", conv, bv, final=True, shape=n.shape)
+    return True
 
 
 # -- ops with a template of their own (``special.py``): one node each, run as one kernel ------------

@@ -9,6 +9,10 @@ Group kinds:
                  broadcast as a row, a column, a matrix or a scalar) and optionally a row reduction
                  over N recognised from the ``origin`` tags of the expanded softmax / log_softmax /
                  logsumexp / layer_norm / sum / max, then a row epilogue;
+- ``conv``       one convolution (``conv.py``) and the pointwise DAG after it (bias, activations,
+                 scaling, residuals: operands that broadcast to the output), one output; optionally
+                 then a sum/mean/max/min over all spatial dims (global pooling, ``row_reduction``) or
+                 over the channels (<= 256, groups 1);
 - ``special``    one scan / gather / pooling node with a template of its own (``special.py``);
 - ``torch``      one view / opaque / getitem node, or a node an action sent back to PyTorch.
 
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .ir import Graph, Node, Ref
+from .ir import FLOAT_DTYPES, Graph, Node, Ref, Sym
 
 __all__ = ["Group", "Options", "partition", "reduce_runs_ok", "ROW_BLOCKS"]
 
@@ -44,13 +48,13 @@ class Options:
 @dataclass
 class Group:
     id: str
-    kind: str  # pointwise | rows | gemm | special | torch
+    kind: str  # pointwise | rows | gemm | conv | special | torch
     nodes: list[str]
     domain: tuple[int, ...] | None = None
     red_dims: tuple[int, ...] = ()
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
-    # gemm groups
+    # gemm groups (conv groups: ``gemm`` is the conv node, ``epilogue`` its pw DAG in order)
     gemm: str | None = None
     epilogue: list[str] = field(default_factory=list)
     row_block: list[str] = field(default_factory=list)
@@ -326,6 +330,104 @@ class _Partitioner:
             self.add(grp, m)
         return True
 
+    def take_conv_epilogue(self, grp: Group) -> None:
+        """Claim the pointwise DAG that follows a convolution (bias, activations, scaling, residuals:
+        a value may feed several of its ops, as ``x * clamp(x + 3)`` does) as its epilogue. Candidates
+        are the later pw nodes of the output's shape that read the group, with operands that broadcast
+        to the output; a smaller pw node computed from parameters alone (an eval BatchNorm's
+        ``rsqrt(var + eps)``) is recomputed per element inside. The group then ends at the latest
+        candidate whose ancestors inside the group are read by nothing outside it (one output)."""
+        conv = grp.gemm
+        members, derived, order, kinds, late = {conv}, {conv}, [conv], {}, set()
+
+        def param_view(r: str) -> bool:  # a view of parameters/inputs, partitioned later (a torch group)
+            n = self.g.node(r)
+            if n.kind in ("input", "param"):
+                return True
+            return n.kind == "view" and r not in self.group_of and all(param_view(x) for x in n.refs())
+
+        # all channels in one tile (groups 1, <= 256): reductions over them (keepdim: softmax, logsumexp,
+        # a channel mean...) run in registers inside the epilogue, their [N, 1, *S] values broadcast back
+        whole = self.g.node(conv).attrs["groups"] == 1 and grp.domain[1] <= 256
+        per_pixel = (grp.domain[0], 1) + tuple(grp.domain[2:])
+        for m in self.g.nodes[self.g.position[conv] + 1:]:
+            if m.name in self.group_of or m.name in self.o.cuts or m.name in self.o.torch_nodes or m.shape is None:
+                continue
+            refs = m.refs()
+            reads = any(r in derived for r in refs)
+            if m.kind == "reduce":
+                src = m.args[0].name if isinstance(m.args[0], Ref) else None
+                if whole and src in derived and self.g.node(src).shape == grp.domain \
+                        and tuple(m.attrs["dims"]) == (1,) and m.attrs["keepdim"] \
+                        and m.op in ("sum", "mean", "amax", "amin") and m.attrs.get("correction") is None:
+                    members.add(m.name)
+                    derived.add(m.name)
+                    order.append(m.name)
+                continue
+            if m.kind != "pw":
+                continue
+            shape_ok = m.shape == grp.domain or (whole and m.shape == per_pixel)
+            if (not shape_ok if reads else not _broadcasts(m.shape, grp.domain)) \
+                    or any(isinstance(a, Sym) for a in m.args):
+                continue
+            mk, mlate = {}, set()
+            for r in refs:
+                if r in members:
+                    continue
+                src = self.g.node(r)
+                if src.shape is None or not _broadcasts(src.shape, grp.domain) or src.dtype not in FLOAT_DTYPES:
+                    break
+                if src.kind not in ("input", "param") and r not in self.group_of:
+                    if not param_view(r):
+                        break
+                    mlate.add(r)
+                mk[r] = "tensor"
+            else:
+                if not reads and not refs:
+                    continue
+                members.add(m.name)
+                if reads:
+                    derived.add(m.name)
+                order.append(m.name)
+                kinds.update(mk)
+                late |= mlate
+        users = self.g.users
+        for tail in reversed(order):
+            if tail not in derived or self.g.node(tail).dtype not in FLOAT_DTYPES \
+                    or self.g.node(tail).shape not in (grp.domain, per_pixel if whole else grp.domain):
+                continue
+            anc, todo = set(), [tail]
+            while todo:
+                v = todo.pop()
+                if v in anc or v not in members:
+                    continue
+                anc.add(v)
+                todo.extend(self.g.node(v).refs())
+            if all(v == tail or (v not in self.outputs and all(u in anc for u in users[v])) for v in anc):
+                break
+        for name in order[1:]:
+            if name in anc:
+                node = self.g.node(name)
+                grp.epilogue.append(name)
+                grp.operand_kinds.update({r: kinds[r] for r in node.refs() if r in kinds})
+                self.add(grp, node)
+        # views of parameters that run (as torch groups) after this group was made: finish() orders them first
+        grp.__dict__["late_operands"] = sorted(r for r in late if r in grp.operand_kinds)
+        # a sum/mean/max/min over every spatial dim (global pooling) read from the tail alone: the kernel
+        # reduces its tiles and the full-size output is never stored
+        tail = grp.tail
+        red = self.g.node(users[tail][0]) if len(users[tail]) == 1 and self.g.node(tail).shape == grp.domain else None
+        spatial = tuple(range(2, len(grp.domain)))
+        # or over the channels, when they all fit one tile and are not split into groups
+        channel = self.g.node(conv).attrs["groups"] == 1 and grp.domain[1] <= 256
+        if red is not None and red.kind == "reduce" and red.op in ("sum", "mean", "amax", "amin") \
+                and (tuple(red.attrs["dims"]) == spatial or channel and tuple(red.attrs["dims"]) == (1,)) \
+                and red.attrs.get("correction") is None \
+                and tail not in self.outputs and red.name not in self.o.cuts and red.name not in self.o.torch_nodes \
+                and grp.id not in self.o.no_row_fusion and red.dtype in FLOAT_DTYPES:
+            grp.row_reduction, grp.row_block = red.op, [red.name]
+            self.add(grp, red)
+
     # -- main -------------------------------------------------------------------------------------
     def run(self) -> list[Group]:
         for n in self.g.nodes:
@@ -338,6 +440,12 @@ class _Partitioner:
                 continue
             if n.kind == "special":  # a template of its own (special.py): one node, one kernel
                 self.new("special", n, closed=True)
+                continue
+            if n.kind == "conv":
+                if n.name in self.o.library_gemm or "*" in self.o.library_gemm:
+                    self.new("torch", n, closed=True)
+                else:
+                    self.take_conv_epilogue(self.new("conv", n, domain=n.shape, gemm=n.name, closed=True))
                 continue
             if n.kind == "gemm":
                 if n.name in self.o.library_gemm or "*" in self.o.library_gemm:
@@ -402,6 +510,9 @@ class _Partitioner:
                 changed = True
 
     def finish(self) -> None:
+        for grp in self.groups:
+            for r in grp.__dict__.get("late_operands", ()):
+                self.deps.setdefault(grp.id, set()).add(self.group_of[r].id)
         self.absorb_prologues()
         sym_users = {}
         for n in self.g.nodes:
@@ -419,8 +530,8 @@ class _Partitioner:
                 if name in self.outputs or any(u not in members for u in users):
                     outs.append(name)
             grp.inputs, grp.outputs = ins, outs
-            if grp.kind == "gemm" and grp.outputs != [grp.tail]:
-                raise AssertionError(f"{grp.id}: a GEMM group must have one output, its tail ({grp.outputs})")
+            if grp.kind in ("gemm", "conv") and grp.outputs != [grp.tail]:
+                raise AssertionError(f"{grp.id}: a {grp.kind} group must have one output, its tail ({grp.outputs})")
 
 
 def partition(graph: Graph, options: Options | None = None) -> list[Group]:

@@ -273,6 +273,8 @@ def _proposals(problem: Problem, b: Built) -> list[tuple[Action, str]]:
             out += [(a, grp.id) for a in _rows_actions(b, grp, dims[grp.id])]
         elif grp.kind == "pointwise":
             out += [(a, grp.id) for a in _pointwise_actions(b, grp)]
+        elif grp.kind == "conv":  # cuDNN for the conv itself (its epilogue then one pointwise kernel)
+            out += [(LibraryGemm(grp.gemm), grp.id)] + ([(KeepRowOut(grp.id), grp.id)] if grp.row_reduction else [])
     # fusion boundaries moved back: a split or a PyTorch fallback of an earlier action
     owner = {n: g.id for g in b.groups for n in g.nodes}
     for node in sorted(b.state.options.cuts | b.state.options.torch_nodes):

@@ -1,0 +1,528 @@
+"""Convolution Triton template: ``conv_kernel(spec) -> KernelSource`` (kernel text + launcher text).
+
+One implicit-GEMM template covers conv1d/2d/3d, strided, padded, dilated, grouped and depthwise, and
+the transposed convolution, with a fused pointwise epilogue (bias, activation, scaling, residual...).
+
+Layout (why the kernel looks the way it does):
+- Every convolution is run as a 3-D one: the launcher views 1-D and 2-D tensors as 5-D with size-1
+  dims (stride 1, padding 0 there), so one kernel text serves all ranks.
+- GEMM view per group ``g``: M = N*OD*OH*OW output pixels, N = Cout/groups channels, K = Cin/groups *
+  KD*KH*KW taps. The A tile [BLOCK_M, BLOCK_K] is gathered from the input (masked where a tap falls in
+  the padding), never materialised (no im2col buffer); the B tile is read straight from the weight, whose
+  flat index over (ci, kd, kh, kw) is the GEMM's k for an ordinary conv ([Cout, Cin/g, KD, KH, KW]).
+- Transposed conv (``out[o] += x[i] * w[ci, co, k]`` for ``o = i*s - p + k*d``) gathers the other way:
+  for output ``o`` and tap ``k`` the input is ``i = (o + p - k*d) / s`` where that divides exactly.
+  Stride > 1 then wastes (s-1)/s of the taps per dim on masked loads: correct, not yet fast.
+- Tiles are ordered in groups of ``GROUP_M`` pixel blocks (the weight tile is reused from L2).
+- Channel groups narrower than ``DOT_MIN_N`` (8; depthwise: one channel per group) take the FMA path (an
+  outer product summed over BLOCK_K in registers, exact fp32); wider ones a dot of at least 16 columns.
+
+Numerics: fp32 accumulation always; float32 dots use ``input_precision`` ``ieee`` or ``tf32x3`` (~fp32
+accuracy on the tensor cores; codegen decides by the problem's tolerances) or ``tf32`` at loose ones.
+The epilogue runs on the fp32 accumulator, and the result is rounded once to the output dtype.
+"""
+
+from __future__ import annotations
+
+import ast
+import keyword
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+from .gemm import KernelSource
+
+__all__ = ["ConvSpec", "ConvOperand", "conv_kernel", "CONV_OPERAND_KINDS", "REDUCTIONS"]
+
+CONV_OPERAND_KINDS = ("tensor", "scalar")
+_DTYPES = ("float32", "float16", "bfloat16")
+_PRECISIONS = ("ieee", "tf32", "tf32x3")
+_RESERVED = {"acc", "mask_n", "tl", "triton", "torch", "math"}
+# "first" (channel axis only): the epilogue already made one value per pixel (a logsumexp over the
+# channels...), broadcast along the row; the store keeps column 0
+REDUCTIONS = (None, "sum", "mean", "amax", "amin", "first")
+
+
+@dataclass(frozen=True)
+class ConvOperand:
+    """An extra input of the epilogue: ``tensor`` (anything that broadcasts to the output, e.g. a
+    [C, 1, 1] bias or a full-size residual) or ``scalar`` (a Python number)."""
+
+    name: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """What to generate. ``dims``: spatial rank (1, 2, 3). stride/padding/dilation/output_padding:
+    one int per spatial dim. ``groups`` 0 (ordinary conv only): Cin / weight.shape[1], read at run time.
+    ``epilogue``: Triton statements reading ``acc`` (fp32 [BLOCK_M, BLOCK_N]) and the operands by name,
+    assigning ``acc``."""
+
+    name: str
+    dims: int = 2
+    stride: tuple[int, ...] = (1, 1)
+    padding: tuple[int, ...] = (0, 0)
+    dilation: tuple[int, ...] = (1, 1)
+    output_padding: tuple[int, ...] = (0, 0)
+    groups: int = 1
+    transposed: bool = False
+    dtype: str = "float32"
+    fp32_precision: str = "ieee"
+    operands: tuple[ConvOperand, ...] = ()
+    epilogue: str = ""
+    # a reduction over all spatial dims that follows the epilogue (global average pool...): the
+    # launcher then returns [N, C] (``keepdim``: [N, C, 1, ...]) and the full output is never stored
+    reduction: str | None = None
+    keepdim: bool = False
+    # "spatial" (above) or "channel": over dim 1 with every channel in one tile (groups == 1), the
+    # launcher then returns [N, *spatial] (``keepdim``: [N, 1, *spatial])
+    red_axis: str = "spatial"
+    # the epilogue reduces over the channels itself (softmax over dim 1...): every channel in one tile;
+    # the epilogue sees ``mask_n`` (the real channels) to leave the padding columns out
+    whole_channels: bool = False
+
+
+def _check(spec: ConvSpec) -> None:
+    where = f"ConvSpec {spec.name!r}"
+    if not spec.name.isidentifier() or keyword.iskeyword(spec.name):
+        raise ValueError(f"{where}: name must be a Python identifier")
+    if spec.dims not in (1, 2, 3):
+        raise ValueError(f"{where}: dims must be 1, 2 or 3, got {spec.dims}")
+    for label in ("stride", "padding", "dilation", "output_padding"):
+        v = getattr(spec, label)
+        if len(v) != spec.dims or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+            raise ValueError(f"{where}: {label} must be {spec.dims} ints, got {v!r}")
+    if min(spec.stride) < 1 or min(spec.dilation) < 1 or min(spec.padding) < 0 or min(spec.output_padding) < 0:
+        raise ValueError(f"{where}: stride and dilation must be >= 1, padding and output_padding >= 0")
+    if not isinstance(spec.groups, int) or spec.groups < (1 if spec.transposed else 0):
+        raise ValueError(f"{where}: groups must be an int >= 1 (0: Cin / weight.shape[1], not transposed)")
+    if spec.dtype not in _DTYPES:
+        raise ValueError(f"{where}: dtype {spec.dtype!r} not in {_DTYPES}")
+    if spec.fp32_precision not in _PRECISIONS:
+        raise ValueError(f"{where}: fp32_precision {spec.fp32_precision!r} not in {_PRECISIONS}")
+    seen = set()
+    for op in spec.operands:
+        if op.kind not in CONV_OPERAND_KINDS:
+            raise ValueError(f"{where}: operand {op.name!r} kind {op.kind!r} not in {CONV_OPERAND_KINDS}")
+        if not op.name.isidentifier() or keyword.iskeyword(op.name) or op.name in _RESERVED or op.name in seen:
+            raise ValueError(f"{where}: operand name {op.name!r} is not a free identifier")
+        seen.add(op.name)
+    if spec.reduction not in REDUCTIONS:
+        raise ValueError(f"{where}: reduction {spec.reduction!r} not in {REDUCTIONS}")
+    if spec.reduction == "first" and spec.red_axis != "channel":
+        raise ValueError(f"{where}: reduction 'first' is for the channel axis")
+    if spec.red_axis not in ("spatial", "channel"):
+        raise ValueError(f"{where}: red_axis {spec.red_axis!r} is not 'spatial' or 'channel'")
+    if (spec.reduction and spec.red_axis == "channel" or spec.whole_channels) and spec.groups != 1:
+        raise ValueError(f"{where}: a channel reduction needs groups == 1")
+    try:
+        ast.parse(textwrap.dedent(spec.epilogue))
+    except SyntaxError as e:
+        raise ValueError(f"{where}: epilogue is not valid Python: {e}") from None
+
+
+def _stmts(text: str) -> list[str]:
+    return [ln.rstrip() for ln in textwrap.dedent(text).strip("\n").splitlines() if ln.strip()]
+
+
+def _indent(lines: list[str], n: int) -> list[str]:
+    pad = " " * (4 * n)
+    return [pad + ln if ln else ln for ln in lines]
+
+
+def default_config(spec: ConvSpec) -> dict[str, Any]:
+    # 128 pixels x 64 channels x 32 taps: Cout of the KernelBench convs is 16-128, and K = Cin*taps is
+    # often < 100, so wider channel tiles or deeper K steps would mostly be masked
+    return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3,
+            "DOT_MIN_N": 8}
+
+
+def space(spec: ConvSpec) -> dict[str, list]:
+    return {"BLOCK_M": [32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128], "BLOCK_K": [16, 32, 64],
+            "GROUP_M": [1, 8], "num_warps": [2, 4, 8], "num_stages": [2, 3, 4], "DOT_MIN_N": [1, 4, 8, 16]}
+
+
+def _kernel_src(spec: ConvSpec) -> str:
+    name = spec.name
+    kname, epi_fn = f"{name}_kernel", f"_{name}_epilogue"
+    has_epi = bool(_stmts(spec.epilogue))
+    helpers: list[str] = []
+    if has_epi:
+        helpers = ["@triton.jit", f"def {epi_fn}({', '.join(['acc', 'mask_n', *[o.name for o in spec.operands]])}):",
+                   *_indent(_stmts(spec.epilogue), 1), "    return acc", ""]
+    red = spec.reduction if spec.red_axis == "spatial" else None
+    cred = spec.reduction if spec.red_axis == "channel" else None
+    params = ["x_ptr", "w_ptr", "out_ptr"]
+    strides: list[str] = []
+    for op in spec.operands:
+        if op.kind == "scalar":
+            params.append(f"v_{op.name}")
+        else:
+            params.append(f"p_{op.name}")
+            strides += [f"s_{op.name}_{i}" for i in range(5)]
+    params += ["NB", "ID", "IH", "IW", "COUT", "OD", "OH", "OW",
+               "sxn", "sxc", "sxd", "sxh", "sxw", "sw0", "sw1", "swd", "swh", "sww", *strides]
+    consts = ["CIN_G", "COUT_G", "KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW",
+              "TRANSPOSED", "SUBPIX", "USE_DOT", "UPCAST", "BIG", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"]
+    if red:
+        params.insert(3, "ws_ptr")
+    params += [f"{c}: tl.constexpr" for c in consts]
+    prec = spec.fp32_precision if spec.dtype == "float32" else "ieee"
+    dot = f'acc = tl.dot(a, b, acc, input_precision="{prec}")' if spec.dtype == "float32" else "acc = tl.dot(a, b, acc)"
+
+    subpix = _subpixel(spec)
+    # sub-pixel transposed conv: program_id(2) is the output's phase (o mod s per dim); in one phase the
+    # valid taps are k = k0 + s*t, so no tap is visited in vain, and the input pixel is j - t + const
+    phase = [
+        "cls = tl.program_id(2)",
+        "rw = cls % SW",
+        "rh = (cls // SW) % SH",
+        "rd = cls // (SW * SH)",
+        "QD = tl.maximum(tl.cdiv(OD - rd, SD), 0)",
+        "QH = tl.maximum(tl.cdiv(OH - rh, SH), 0)",
+        "QW = tl.maximum(tl.cdiv(OW - rw, SW), 0)",
+        "M = NB * QD * QH * QW",
+    ]
+    body = [
+        "pid = tl.program_id(0)",
+        "g = tl.program_id(1)",
+        *(phase if subpix else ["M = NB * OD * OH * OW"]),
+        "S = OD * OH * OW",
+        *(["# reduced over the pixels of one sample: a pixel block never spans two samples",
+           "TPS = tl.cdiv(S, BLOCK_M)", "num_pid_m = NB * TPS"] if red else ["num_pid_m = tl.cdiv(M, BLOCK_M)"]),
+        "num_pid_n = tl.cdiv(COUT_G, BLOCK_N)",
+        "# grouped ordering: GROUP_M pixel blocks sweep the channel blocks together (weight reuse in L2)",
+        "group_span = GROUP_M * num_pid_n",
+        "first_m = (pid // group_span) * GROUP_M",
+        # (sub-pixel: the grid covers the largest phase, so a program may lie past its own phase's tiles:
+        # its rows are all masked, and group_rows must stay >= 1)
+        "group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)" if not subpix else
+        "group_rows = tl.maximum(tl.minimum(num_pid_m - first_m, GROUP_M), 1)",
+        "pid_m = first_m + (pid % group_span) % group_rows",
+        "pid_n = (pid % group_span) // group_rows",
+        *(["sp_t = pid_m % TPS", "sp_m = sp_t * BLOCK_M + tl.arange(0, BLOCK_M)",
+           "offs_m = (pid_m // TPS) * S + sp_m", "mask_m = sp_m < S"] if red else
+          ["offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "mask_m = offs_m < M"]),
+        *(["# a program past its phase's tiles aliases a real tile with pid_n out of range: it must store",
+           "# nothing (a per-pixel store of a channel reduction would otherwise see only masked channels)",
+           "mask_m = mask_m & (pid < num_pid_m * num_pid_n)"] if subpix else []),
+        "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+        "mask_n = offs_n < COUT_G",
+        *(["ow = rw + SW * (offs_m % QW)", "t = offs_m // QW", "oh = rh + SH * (t % QH)", "t = t // QH",
+           "od = rd + SD * (t % QD)", "nb = t // QD"] if subpix else
+          ["ow = offs_m % OW", "t = offs_m // OW", "oh = t % OH", "t = t // OH", "od = t % OD", "nb = t // OD"]),
+        "if BIG:",
+        "    nb = nb.to(tl.int64)",
+        "x_base = nb * sxn + (g * CIN_G) * sxc",
+        "co = g * COUT_G + offs_n",
+        *(["kd0 = (rd + PD) % SD", "kh0 = (rh + PH) % SH", "kw0 = (rw + PW) % SW",
+           "TD = tl.maximum(tl.cdiv(KD - kd0, SD), 0)", "TH = tl.maximum(tl.cdiv(KH - kh0, SH), 0)",
+           "TW = tl.maximum(tl.cdiv(KW - kw0, SW), 0)", "KTOT = CIN_G * TD * TH * TW"] if subpix else
+          ["KTOT = CIN_G * KD * KH * KW"]),
+        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        "for k0 in range(0, KTOT, BLOCK_K):",
+        "    offs_k = k0 + tl.arange(0, BLOCK_K)",
+        "    mask_k = offs_k < KTOT",
+        *(["    kw = kw0 + SW * (offs_k % TW)", "    tk = offs_k // TW", "    kh = kh0 + SH * (tk % TH)",
+           "    tk = tk // TH", "    kd = kd0 + SD * (tk % TD)", "    ci = tk // TD",
+           "    # o + p - k is a multiple of s by the choice of k (exact division, negative or not)",
+           "    idd = (od[:, None] + PD - kd[None, :]) // SD",
+           "    ih = (oh[:, None] + PH - kh[None, :]) // SH",
+           "    iw = (ow[:, None] + PW - kw[None, :]) // SW",
+           "    ok = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
+           "    w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1"] if subpix else
+          ["    kw = offs_k % KW", "    tk = offs_k // KW", "    kh = tk % KH", "    tk = tk // KH", "    kd = tk % KD",
+           "    ci = tk // KD"]),
+        "    if SUBPIX:",
+        "        pass",
+        "    elif TRANSPOSED:",
+        "        # the input pixel a tap reads: (o + p - k*d) / s, where that is a whole number in range",
+        "        td = od[:, None] + PD - kd[None, :] * DD",
+        "        th = oh[:, None] + PH - kh[None, :] * DH",
+        "        tw = ow[:, None] + PW - kw[None, :] * DW",
+        "        ok = (td >= 0) & (th >= 0) & (tw >= 0)",
+        "        td = tl.where(ok, td, 0)",
+        "        th = tl.where(ok, th, 0)",
+        "        tw = tl.where(ok, tw, 0)",
+        "        ok = ok & (td % SD == 0) & (th % SH == 0) & (tw % SW == 0)",
+        "        idd = td // SD",
+        "        ih = th // SH",
+        "        iw = tw // SW",
+        "        ok = ok & (idd < ID) & (ih < IH) & (iw < IW)",
+        "        w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1",
+        "    else:",
+        "        idd = od[:, None] * SD - PD + kd[None, :] * DD",
+        "        ih = oh[:, None] * SH - PH + kh[None, :] * DH",
+        "        iw = ow[:, None] * SW - PW + kw[None, :] * DW",
+        "        ok = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
+        "        w_off = co[None, :] * sw0 + ci[:, None] * sw1",
+        "    w_off = w_off + (kd * swd + kh * swh + kw * sww)[:, None]",
+        "    x_off = x_base[:, None] + ci[None, :] * sxc + idd * sxd + ih * sxh + iw * sxw",
+        "    a = tl.load(x_ptr + x_off, mask=mask_m[:, None] & mask_k[None, :] & ok, other=0.0)",
+        "    b = tl.load(w_ptr + w_off, mask=mask_k[:, None] & mask_n[None, :], other=0.0)",
+        "    if USE_DOT:",
+        "        if UPCAST:  # the interpreter's bf16 dot multiplies raw bits; a bf16 product is exact in fp32",
+        '            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")',
+        "        else:",
+        f"            {dot}",
+        "    else:",
+        "        # channel blocks narrower than a dot tile (depthwise): outer products, exact fp32 FMAs",
+        "        acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)",
+        "# epilogue operands: broadcast views of the output shape, indexed by (n, c, d, h, w) strides",
+    ]
+    epi_args = []
+    for op in spec.operands:
+        n = op.name
+        if op.kind == "scalar":
+            epi_args.append(f"v_{n}")
+            continue
+        body += [
+            f"m_{n} = nb * s_{n}_0 + od * s_{n}_2 + oh * s_{n}_3 + ow * s_{n}_4",
+            f"o_{n} = tl.load(p_{n} + m_{n}[:, None] + co[None, :] * s_{n}_1, "
+            "mask=mask_m[:, None] & mask_n[None, :], other=0.0).to(tl.float32)",
+        ]
+        epi_args.append(f"o_{n}")
+    if has_epi:
+        body.append(f"acc = {epi_fn}({', '.join(['acc', 'mask_n', *epi_args])})")
+    if red:
+        # this block's partial per channel -> ws[sample, block, channel]; the finishing kernel combines
+        # the blocks of a sample in a fixed order (deterministic, no atomics)
+        if red in ("sum", "mean"):
+            part = "tl.sum(tl.where(mask_m[:, None], acc, 0.0), 0)"
+        else:
+            fill = 'float("-inf")' if red == "amax" else 'float("inf")'
+            part = f"tl.{'max' if red == 'amax' else 'min'}(tl.where(mask_m[:, None], acc, {fill}), 0)"
+        body += [
+            f"part = {part}",
+            "ws_off = ((pid_m // TPS) * TPS + sp_t).to(tl.int64) * COUT + co",
+            "tl.store(ws_ptr + ws_off, part, mask=mask_n)",
+        ]
+    elif cred:
+        # every channel is in this tile (BLOCK_N >= COUT): reduce the row in registers, store [N, S]
+        if cred == "first":
+            row = "tl.sum(tl.where((tl.arange(0, BLOCK_N) == 0)[None, :], tl.broadcast_to(acc, (BLOCK_M, BLOCK_N)), 0.0), 1)"
+        elif cred in ("sum", "mean"):
+            row = "tl.sum(tl.where(mask_n[None, :], acc, 0.0), 1)" + (" / COUT" if cred == "mean" else "")
+        else:
+            fill = 'float("-inf")' if cred == "amax" else 'float("inf")'
+            row = f"tl.{'max' if cred == 'amax' else 'min'}(tl.where(mask_n[None, :], acc, {fill}), 1)"
+        body += [
+            f"row = {row}",
+            "tl.store(out_ptr + nb * S + (od * OH + oh) * OW + ow, row.to(out_ptr.dtype.element_ty), mask=mask_m)",
+        ]
+    else:
+        body += [
+            "sp = (od * OH + oh) * OW + ow",
+            "out_off = (nb * COUT * S + sp)[:, None] + co[None, :] * S",
+            "tl.store(out_ptr + out_off, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])",
+        ]
+    head = ["@triton.jit", f"def {kname}(", *_indent([p + "," for p in params], 1), "):"]
+    text = "\n".join(helpers + head + _indent(body, 1)) + "\n"
+    if red:
+        text += "\n\n" + _finish_src(spec)
+    return text
+
+
+def _subpixel(spec: ConvSpec) -> bool:
+    """Transposed, strided, undilated, no pooling: the phase-split kernel (see ``_kernel_src``)."""
+    return spec.transposed and max(spec.stride) > 1 and max(spec.dilation) == 1 and (
+        spec.reduction is None or spec.red_axis == "channel")
+
+
+def _finish_src(spec: ConvSpec) -> str:
+    """The second kernel of a reduced conv: ws [N, TPS, C] -> out [N, C]."""
+    red = spec.reduction
+    if red in ("sum", "mean"):
+        init, other, comb, fold = "0.0", "0.0", "r = r + v", "tl.sum(r, 0)"
+    else:
+        init = other = 'float("-inf")' if red == "amax" else 'float("inf")'
+        op = "maximum" if red == "amax" else "minimum"
+        comb, fold = f"r = tl.{op}(r, v)", f"tl.{'max' if red == 'amax' else 'min'}(r, 0)"
+    scale = ["r = r / S"] if red == "mean" else []
+    return "\n".join([
+        "@triton.jit",
+        f"def {spec.name}_finish(ws_ptr, out_ptr, COUT, TPS, S, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):",
+        "    nb = tl.program_id(0).to(tl.int64)",
+        "    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)",
+        "    mask_c = c < COUT",
+        f"    r = tl.full((BLOCK_T, BLOCK_C), {init}, tl.float32)",
+        "    for t0 in range(0, TPS, BLOCK_T):",
+        "        t = t0 + tl.arange(0, BLOCK_T)",
+        "        v = tl.load(ws_ptr + (nb * TPS + t)[:, None] * COUT + c[None, :], "
+        f"mask=(t < TPS)[:, None] & mask_c[None, :], other={other})",
+        f"        {comb}",
+        f"    r = {fold}",
+        *_indent(scale, 1),
+        "    tl.store(out_ptr + nb * COUT + c, r.to(out_ptr.dtype.element_ty), mask=mask_c)",
+        "",
+    ])
+
+
+def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
+    name, nd = spec.name, spec.dims
+    pad3 = 3 - nd
+    stride = (1,) * pad3 + tuple(spec.stride)
+    padding = (0,) * pad3 + tuple(spec.padding)
+    dilation = (1,) * pad3 + tuple(spec.dilation)
+    opad = (0,) * pad3 + tuple(spec.output_padding)
+    tdt = f"torch.{spec.dtype}"
+    kind = "conv_transpose" if spec.transposed else "conv"
+    L = [
+        f"def launch_{name}(x, w, *extra, config=None):",
+        f'    """{name}: {kind}{nd}d(stride={spec.stride}, padding={spec.padding}, dilation={spec.dilation}, '
+        f'groups={spec.groups}{", output_padding=" + str(spec.output_padding) if spec.transposed else ""})'
+        f'{" + epilogue" if _stmts(spec.epilogue) else ""}."""',
+        f"    cfg = {{**{config!r}, **(config or {{}})}}",
+        f"    if len(extra) != {len(spec.operands)}:",
+        f'        raise TypeError(f"launch_{name}: expected {len(spec.operands)} extra operand(s), got {{len(extra)}}")',
+        f"    if x.dim() != {nd + 2} or w.dim() != {nd + 2}:",
+        f'        raise ValueError(f"launch_{name}: input and weight must be {nd + 2}-D, got {{tuple(x.shape)}} and {{tuple(w.shape)}}")',
+        "    if x.dtype != w.dtype:",
+        f'        raise TypeError(f"launch_{name}: input {{x.dtype}} and weight {{w.dtype}} differ")',
+        f"    x5 = x.reshape(x.shape[:2] + (1,) * {pad3} + x.shape[2:])",
+        f"    w5 = w.reshape(w.shape[:2] + (1,) * {pad3} + w.shape[2:])",
+        "    nb, cin, i_d, i_h, i_w = x5.shape",
+        "    k_d, k_h, k_w = w5.shape[2:]",
+        f"    groups = {spec.groups}" if spec.groups else "    groups = max(1, cin // w5.shape[1])",
+    ]
+    if spec.transposed:
+        L += [
+            "    cin_g, cout_g = cin // groups, w5.shape[1]",
+            "    if w5.shape[0] != cin:",
+            f'        raise ValueError(f"launch_{name}: weight {{tuple(w.shape)}} does not match {{cin}} input channels")',
+            f"    o_d, o_h, o_w = ((i - 1) * s - 2 * p + d * (k - 1) + op + 1 for i, s, p, d, k, op in "
+            f"zip((i_d, i_h, i_w), {stride}, {padding}, {dilation}, (k_d, k_h, k_w), {opad}))",
+        ]
+    else:
+        L += [
+            "    cin_g, cout_g = w5.shape[1], w5.shape[0] // groups",
+            "    if cin_g * groups != cin or cout_g * groups != w5.shape[0]:",
+            f'        raise ValueError(f"launch_{name}: weight {{tuple(w.shape)}} does not match {{cin}} input channels '
+            f'in {{groups}} group(s)")',
+            f"    o_d, o_h, o_w = ((i + 2 * p - d * (k - 1) - 1) // s + 1 for i, s, p, d, k in "
+            f"zip((i_d, i_h, i_w), {stride}, {padding}, {dilation}, (k_d, k_h, k_w)))",
+        ]
+    L += [
+        "    cout = cout_g * groups",
+        "    oshape = (nb, cout) + (o_d, o_h, o_w)",
+        f"    full = (nb, cout) + (o_d, o_h, o_w)[{pad3}:]  # the conv's own output shape",
+    ]
+    sred = spec.reduction if spec.red_axis == "spatial" else None
+    whole = spec.whole_channels or bool(spec.reduction and not sred)
+    if spec.reduction and not sred:
+        L += [
+            f"    out = torch.empty((nb, o_d * o_h * o_w), device=x.device, dtype={tdt})",
+            f"    ret = out.reshape((nb,) + (1,) * {spec.keepdim} + (o_d, o_h, o_w)[{pad3}:])",
+            "    if out.numel() == 0:",
+            "        return ret",
+        ]
+    elif sred:
+        L += [
+            f"    out = torch.empty((nb, cout), device=x.device, dtype={tdt})",
+            f"    ret = out.reshape((nb, cout) + (1,) * {nd}) if {spec.keepdim} else out",
+            "    if out.numel() == 0 or o_d * o_h * o_w == 0:",
+            f'        raise ValueError("launch_{name}: a reduction over an empty conv output")' if spec.reduction != "sum"
+            else "        return ret.zero_()",
+        ]
+    else:
+        L += [
+            f"    out = torch.empty(oshape, device=x.device, dtype={tdt})",
+            "    ret = out.reshape(full)",
+            "    if out.numel() == 0:",
+            "        return ret",
+        ]
+    if whole:
+        L += [
+            "    if cout > 256:",
+            f'        raise ValueError(f"launch_{name}: a channel reduction keeps all channels in one tile (<= 256), '
+            'got {cout}")',
+        ]
+    args, strides = [], []
+    for i, op in enumerate(spec.operands):
+        n = op.name
+        if op.kind == "scalar":
+            L.append(f"    v_{n} = float(extra[{i}])")
+            args.append(f"v_{n}")
+            continue
+        L += [
+            "    try:",
+            f"        t = torch.broadcast_to(extra[{i}], full)",
+            "    except RuntimeError:",
+            f'        raise ValueError(f"launch_{name}: operand {n} of shape {{tuple(extra[{i}].shape)}} does not '
+            f'broadcast to the output {{full}}") from None',
+            f"    t = t.reshape(oshape) if t.dim() == 5 else t[(slice(None), slice(None)) + (None,) * {pad3}]",
+            f"    p_{n}, s_{n} = t, t.stride()",
+        ]
+        args.append(f"p_{n}")
+        strides += [f"s_{n}[{j}]" for j in range(5)]
+    L += [
+        '    bn = max(16, min(int(cfg["BLOCK_N"]), triton.next_power_of_2(cout_g)))',
+        "    # narrow channel groups (depthwise) take the FMA path; from DOT_MIN_N channels on, a dot tile of 16",
+        "    # columns wastes less than the FMA path loses (and the interpreter runs dots far faster)",
+        '    use_dot = cout_g >= int(cfg.get("DOT_MIN_N", 8))',
+        "    if not use_dot:",
+        "        bn = triton.next_power_of_2(cout_g)",
+        *(["    bn = max(bn, triton.next_power_of_2(cout))  # the whole channel row in one tile"]
+          if whole else []),
+        "    ktot = cin_g * k_d * k_h * k_w",
+        '    bk = max(16, min(int(cfg["BLOCK_K"]), triton.next_power_of_2(ktot)))',
+        "    if not use_dot:",
+        "        bk = min(bk, max(1, 4096 // (bn * 32)))  # the [BM, BK, BN] product stays in registers",
+        "        bk = max(1, min(bk, triton.next_power_of_2(ktot)))",
+        "    m = nb * o_d * o_h * o_w",
+        f'    bm = max(16, min(int(cfg["BLOCK_M"]), triton.next_power_of_2({"o_d * o_h * o_w" if sred else "m"})))',
+        "    if not use_dot:",
+        "        bm = min(bm, 128)",
+        *(["    bm = max(16, min(bm, 8192 // bn))  # a wide channel row: fewer pixels keep the tile in registers"]
+          if whole else []),
+        "    big = max(x5.numel(), m * cout, *(t.numel() for t in extra if isinstance(t, torch.Tensor))) >= 2**31 - 1",
+    ]
+    if sred:
+        L += [
+            "    tps = triton.cdiv(o_d * o_h * o_w, bm)",
+            "    ws = torch.empty((nb, tps, cout), device=x.device, dtype=torch.float32)",
+            "    grid = (nb * tps * triton.cdiv(cout_g, bn), groups)",
+        ]
+    elif _subpixel(spec):
+        L += [
+            "    # one grid plane per output phase, sized for the largest phase",
+            f"    qmax = nb * -(-o_d // {stride[0]}) * -(-o_h // {stride[1]}) * -(-o_w // {stride[2]})",
+            f"    grid = (triton.cdiv(qmax, bm) * triton.cdiv(cout_g, bn), groups, {stride[0] * stride[1] * stride[2]})",
+        ]
+    else:
+        L.append("    grid = (triton.cdiv(m, bm) * triton.cdiv(cout_g, bn), groups)")
+    L += [
+        f"    {name}_kernel[grid](",
+        f"        x5, w5, out, {'ws, ' if sred else ''}",
+        *[f"        {a}," for a in args],
+        "        nb, i_d, i_h, i_w, cout, o_d, o_h, o_w,",
+        "        *x5.stride(), *w5.stride(),",
+        *[f"        {s}," for s in strides],
+        "        CIN_G=cin_g, COUT_G=cout_g, KD=k_d, KH=k_h, KW=k_w,",
+        f"        SD={stride[0]}, SH={stride[1]}, SW={stride[2]}, PD={padding[0]}, PH={padding[1]}, PW={padding[2]},",
+        f"        DD={dilation[0]}, DH={dilation[1]}, DW={dilation[2]}, TRANSPOSED={spec.transposed}, SUBPIX={_subpixel(spec)},",
+        f"        USE_DOT=use_dot, UPCAST=({spec.dtype == 'bfloat16'} and not x.is_cuda), BIG=big,",
+        '        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(cfg["GROUP_M"]),',
+        '        num_warps=int(cfg["num_warps"]), num_stages=int(cfg["num_stages"]),',
+        "    )",
+    ]
+    if sred:
+        L += [
+            "    bt = min(64, triton.next_power_of_2(tps))",
+            "    bc = min(64, triton.next_power_of_2(cout))",
+            f"    {name}_finish[(nb, triton.cdiv(cout, bc))](ws, out, cout, tps, o_d * o_h * o_w, BLOCK_T=bt, BLOCK_C=bc)",
+        ]
+    L += ["    return ret", ""]
+    return "\n".join(L)
+
+
+def conv_kernel(spec: ConvSpec) -> KernelSource:
+    """Generate the Triton kernel and its launcher ``launch_<name>(x, w, *operands, config=None)``."""
+    _check(spec)
+    config = default_config(spec)
+    return KernelSource(
+        name=spec.name, kernel_src=_kernel_src(spec), launcher_src=_launcher_src(spec, config),
+        config=dict(config), space=space(spec), kernel_name=f"{spec.name}_kernel",
+        launcher_name=f"launch_{spec.name}", output="matrix",
+    )

@@ -1,0 +1,383 @@
+"""Convolutions as our own kernels: the implicit-GEMM template (``conv.py``) through the builtin
+pipeline (capture -> lower -> partition -> codegen), against PyTorch in the Triton interpreter, and
+KernelBench conv problems judged by the sandbox."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from kernellab.agents.builtin import LibraryGemm, SetConfig, action_from_dict, build, built
+from kernellab.agents.builtin.conv import ConvSpec, conv_kernel
+
+from kernellab import sandbox
+from kernellab.problem import Problem, apply_mode, load_problem
+
+ROOT = Path(__file__).resolve().parents[2]
+# ../shared/kernelbench beside the checkout, or KERNELBENCH_DIR (the GPU host gets a copy, scripts/gpu_check.sh)
+KB_DIR = Path(os.environ.get("KERNELBENCH_DIR") or ROOT.parent / "shared" / "kernelbench")
+
+
+def problem(body: str, dtype: torch.dtype, consts: str = "") -> Problem:
+    name = str(dtype).replace("torch.", "")
+    src = f"""import torch
+
+DTYPE = {name!r}
+{consts}
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+{body}
+
+
+def get_inputs():
+    return INPUTS()
+
+
+def get_init_inputs():
+    return []
+"""
+    return Problem(name="t", source=src)
+
+
+def run(load, close, p: Problem, cases: list, dtype: torch.dtype, actions=(), kernels: int | None = None) -> None:
+    """Build one candidate, then run it at each input shape against the reference."""
+    code = build(p, actions)
+    if kernels is not None:
+        assert code.meta["kernels"] == kernels, code.meta["groups"]
+    mod = load(code.source)
+    for init, inputs in cases:
+        torch.manual_seed(0)
+        ref = apply_mode(mod.Model(*init).to(dtype), p.mode)
+        torch.manual_seed(0)
+        new = apply_mode(mod.ModelNew(*init).to(dtype), p.mode)
+        xs = [x.to(dtype) for x in inputs]
+        with torch.no_grad():
+            close(new(*xs), ref(*xs), dtype)
+
+
+def _conv_problem(layer: str, forward: str, shape: tuple, dtype=torch.float32, extra: str = ""):
+    body = f"""        self.conv = torch.nn.{layer}
+{extra}
+    def forward(self, x):
+{forward}"""
+    consts = f"INPUTS = lambda: [torch.randn{shape}]"
+    return problem(body, dtype, consts=consts)
+
+
+def _inputs(*shapes):
+    return [([], [torch.randn(*s)]) for s in shapes]
+
+
+def _conv_group(p):
+    b = built(p)
+    convs = [g for g in b.groups if g.kind == "conv"]
+    assert len(convs) == 1, [g.describe(b.graph) for g in b.groups]
+    return b, convs[0]
+
+
+# Each case: the layer, the forward, the captured input shape, then the shapes it runs at (sizes are
+# read at run time: one candidate serves them all). The channel counts pick the path: >= 16 output
+# channels per group use tl.dot, fewer (depthwise) the FMA path.
+CASES = {
+    "conv2d_strided_padded_dilated": (
+        "Conv2d(3, 16, 3, stride=2, padding=2, dilation=2)",
+        "        return torch.relu(self.conv(x))", (2, 3, 11, 9), [(2, 3, 11, 9), (1, 3, 8, 13)]),
+    "conv2d_asymmetric_nobias": (
+        "Conv2d(4, 20, (3, 2), stride=(1, 2), padding=(1, 0), bias=False)",
+        "        return torch.sigmoid(self.conv(x)) * 2.0", (2, 4, 7, 8), [(2, 4, 7, 8), (3, 4, 5, 5)]),
+    "conv2d_grouped": (
+        "Conv2d(6, 32, 3, padding=1, groups=2)",
+        "        return torch.nn.functional.gelu(self.conv(x))", (2, 6, 6, 7), [(2, 6, 6, 7)]),
+    "conv2d_depthwise": (
+        "Conv2d(5, 5, (3, 5), padding=(1, 2), groups=5)",
+        "        return torch.nn.functional.hardswish(self.conv(x))", (2, 5, 7, 9), [(2, 5, 7, 9), (1, 5, 4, 3)]),
+    "conv2d_depthwise_multiplier": (
+        "Conv2d(3, 6, 3, stride=2, groups=3)",
+        "        return self.conv(x).tanh()", (2, 3, 9, 9), [(2, 3, 9, 9)]),
+    "conv1d": (
+        "Conv1d(3, 16, 5, stride=2, padding=1, dilation=2)",
+        "        return torch.nn.functional.leaky_relu(self.conv(x), 0.1)", (2, 3, 19), [(2, 3, 19), (1, 3, 12)]),
+    "conv3d": (
+        "Conv3d(2, 16, 3, stride=(1, 2, 2), padding=1)",
+        "        return torch.nn.functional.mish(self.conv(x))", (2, 2, 4, 6, 5), [(2, 2, 4, 6, 5)]),
+    "conv_transpose2d": (
+        "ConvTranspose2d(4, 16, 3, stride=2, padding=1, output_padding=1)",
+        "        return torch.clamp(self.conv(x), -0.3, 0.3) / 2.0", (2, 4, 5, 4), [(2, 4, 5, 4), (1, 4, 3, 6)]),
+    "conv_transpose2d_grouped_dilated": (
+        "ConvTranspose2d(4, 6, (3, 2), stride=(2, 3), padding=(2, 1), dilation=(2, 1), groups=2)",
+        "        return torch.relu(self.conv(x))", (2, 4, 5, 4), [(2, 4, 5, 4)]),
+    "conv_transpose1d": (
+        "ConvTranspose1d(3, 16, 4, stride=3, padding=2, dilation=2)",
+        "        return self.conv(x) * 0.5", (2, 3, 7), [(2, 3, 7), (1, 3, 4)]),
+    # sub-pixel path (stride > 1, no dilation): a stride above the kernel leaves phases with no tap at all
+    "conv_transpose2d_stride_over_kernel": (
+        "ConvTranspose2d(4, 16, 2, stride=3, output_padding=2)",
+        "        return self.conv(x) - 0.25", (2, 4, 3, 4), [(2, 4, 3, 4), (1, 4, 1, 2)]),
+    "conv_transpose2d_grouped_mixed_stride": (
+        "ConvTranspose2d(4, 32, (3, 4), stride=(2, 1), padding=(1, 2), groups=2)",
+        "        return torch.relu(self.conv(x))", (2, 4, 5, 6), [(2, 4, 5, 6)]),
+    "conv_transpose1d_subpixel": (
+        "ConvTranspose1d(3, 16, 5, stride=2, padding=2, output_padding=1)",
+        "        return self.conv(x)", (2, 3, 6), [(2, 3, 6), (1, 3, 1)]),
+    "conv_transpose3d": (
+        "ConvTranspose3d(3, 16, 3, stride=2, padding=1)",
+        "        return torch.nn.functional.silu(self.conv(x))", (1, 3, 3, 4, 3), [(1, 3, 3, 4, 3)]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_conv_variant_matches_torch(load, close, case):
+    layer, forward, shape, shapes = CASES[case]
+    p = _conv_problem(layer, forward, shape)
+    b, grp = _conv_group(p)
+    # the activation (and the bias add, where there is one) run in the conv's epilogue
+    assert grp.epilogue, grp.describe(b.graph)
+    run(load, close, p, _inputs(*shapes), torch.float32, kernels=1)
+
+
+def test_residual_dag_epilogue_is_one_kernel(load, close):
+    """``x * clamp(x + 3)`` reads the activation twice, a residual input and a per-channel scale come
+    from outside: all in the conv kernel's epilogue (a chain-only rule would stop at the relu)."""
+    extra = "        self.scale = torch.nn.Parameter(torch.rand(16, 1, 1) + 0.5)\n"
+    fwd = """        y = torch.relu(self.conv(x))
+        y = y * torch.clamp((y + 3) / 6, 0, 1)
+        return y * self.scale + x.sum(1, keepdim=True)[:, :, 1:-1, 1:-1]"""
+    p = _conv_problem("Conv2d(3, 16, 3)", fwd, (2, 3, 8, 7), extra=extra)
+    b, grp = _conv_group(p)
+    ops = [b.graph.node(n).op for n in grp.epilogue]
+    assert ops.count("mul") >= 2 and "relu" in ops and "clamp" in ops, ops
+    run(load, close, p, _inputs((2, 3, 8, 7), (1, 3, 5, 9)), torch.float32)
+
+
+def test_conv_output_read_elsewhere_ends_the_epilogue(load, close):
+    """A value of the epilogue that something outside reads (here the relu, also summed) must be
+    the group's one output: the group ends there and the rest runs in kernels of its own."""
+    fwd = """        y = torch.relu(self.conv(x))
+        return torch.tanh(y) + y.mean()"""
+    p = _conv_problem("Conv2d(3, 16, 3)", fwd, (2, 3, 6, 6))
+    b, grp = _conv_group(p)
+    assert b.graph.node(grp.tail).op == "relu" and grp.outputs == [grp.tail]
+    run(load, close, p, _inputs((2, 3, 6, 6)), torch.float32)
+
+
+# global pooling after the epilogue: the conv kernel reduces its tiles, nothing full-size is stored
+POOLS = {
+    "mean_keepdim": ("x.mean((2, 3), keepdim=True)", "mean"),
+    "adaptive_avg_pool": ("torch.nn.functional.adaptive_avg_pool2d(x, 1)", "mean"),
+    "sum": ("x.sum((2, 3))", "sum"),
+    "amax": ("torch.amax(x, (2, 3))", "amax"),
+    "amin": ("torch.amin(x, (-1, -2), keepdim=True)", "amin"),
+    # over the channels: the whole channel row is in one tile, reduced in registers
+    "channel_min": ("torch.min(x, dim=1, keepdim=True)[0]", "amin"),
+    "channel_mean": ("x.mean(1)", "mean"),
+    "channel_amax": ("torch.amax(x, 1)", "amax"),
+}
+
+
+@pytest.mark.parametrize("pool", sorted(POOLS))
+@pytest.mark.parametrize("block_m", [None, 16])
+def test_conv_with_global_pooling_is_one_conv_group(load, close, pool, block_m):
+    expr, op = POOLS[pool]
+    fwd = f"""        x = torch.nn.functional.gelu(self.conv(x)) * 0.5
+        return {expr}"""
+    p = _conv_problem("Conv2d(3, 16, 3, padding=1)", fwd, (2, 3, 6, 5))
+    b, grp = _conv_group(p)
+    # a keepdim channel reduction runs inside the epilogue (its per-pixel tail stores one column); the
+    # others end the group as its reduction
+    assert [b.graph.node(n).op for n in grp.nodes if b.graph.node(n).kind == "reduce"] == [op], grp.describe(b.graph)
+    assert grp.row_reduction in (op, None) and (grp.row_reduction is None) == (pool == "channel_min")
+    # BLOCK_M=16: several pixel blocks per sample (and a ragged last one) go through the finishing kernel
+    acts = [SetConfig(grp.id, (("BLOCK_M", block_m),))] if block_m else []
+    code = build(p, acts)
+    assert "out_ptr + out_off" not in code.source  # the full-size output is never stored
+    run(load, close, p, _inputs((2, 3, 6, 5), (3, 3, 9, 7)), torch.float32, actions=acts)
+
+
+# reductions over the channels inside the epilogue (all channels in one tile, results broadcast back)
+CHANNEL_BLOCKS = {
+    "softmax": ("torch.sigmoid(torch.softmax(x, dim=1)) * 2.0", 16),
+    "log_softmax": ("torch.log_softmax(x, 1) + x.mean(1, keepdim=True)", 16),
+    # a per-pixel tail (one value per pixel): the store keeps one column
+    "logsumexp": ("torch.relu(torch.logsumexp(x, dim=1, keepdim=True)) - 0.5", 16),
+    "softmax_fma_path": ("torch.softmax(x, dim=1)", 6),
+}
+
+
+@pytest.mark.parametrize("block", sorted(CHANNEL_BLOCKS))
+def test_channel_reductions_inside_the_epilogue(load, close, block):
+    expr, cout = CHANNEL_BLOCKS[block]
+    fwd = f"""        x = self.conv(x)
+        return {expr}"""
+    p = _conv_problem(f"Conv2d(3, {cout}, 3)", fwd, (2, 3, 6, 5))
+    b, grp = _conv_group(p)
+    assert any(b.graph.node(n).kind == "reduce" for n in grp.epilogue), grp.describe(b.graph)
+    run(load, close, p, _inputs((2, 3, 6, 5), (1, 3, 9, 4)), torch.float32, kernels=1)
+
+
+def test_subpixel_phases_with_a_per_pixel_tail(load, close):
+    """Phases differ in size; the grid covers the largest, and a program past its own phase's tiles
+    aliases a real tile (GROUP_M ordering): it must not store its all-masked channel reduction there."""
+    fwd = """        x = self.conv(x)
+        return torch.logsumexp(x, dim=1, keepdim=True) * 0.5"""
+    p = _conv_problem("ConvTranspose2d(3, 16, 3, stride=2)", fwd, (2, 3, 5, 4))
+    b, grp = _conv_group(p)
+    acts = [SetConfig(grp.id, (("BLOCK_M", 16), ("GROUP_M", 8)))]
+    assert "SUBPIX=True" in build(p, acts).source
+    run(load, close, p, _inputs((2, 3, 5, 4), (3, 3, 4, 6)), torch.float32, actions=acts)
+
+
+def test_pooling_of_a_value_read_elsewhere_stays_out(load, close):
+    fwd = """        x = torch.relu(self.conv(x))
+        return x.mean((2, 3)), x"""
+    p = _conv_problem("Conv2d(3, 16, 3)", fwd, (2, 3, 6, 5))
+    b, grp = _conv_group(p)
+    assert grp.row_reduction is None
+    run(load, close, p, _inputs((2, 3, 6, 5)), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_conv_half_types(load, close, dtype):
+    p = _conv_problem("Conv2d(3, 16, 3, padding=1)", "        return torch.relu(self.conv(x)) + 1.0", (2, 3, 6, 5),
+                      dtype=dtype)
+    run(load, close, p, _inputs((2, 3, 6, 5)), dtype, kernels=1)
+
+
+def test_depthwise_groups_that_change_with_small_sizes():
+    """``groups=channels`` is a size (a Sym after capture at two sizes): ordinary convs read it from the
+    shapes at run time, so the depthwise conv is still ours at the SMALL size the sandbox runs."""
+    src = """import torch
+
+channels = 6
+SMALL = {"channels": 3}
+
+
+class Model(torch.nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.dw = torch.nn.Conv2d(channels, channels, 3, padding=1, groups=channels, bias=False)
+
+    def forward(self, x):
+        return torch.relu(self.dw(x))
+
+
+def get_inputs():
+    return [torch.randn(2, channels, 7, 6)]
+
+
+def get_init_inputs():
+    return [channels]
+"""
+    p = Problem(name="dw", source=src)
+    code = build(p)
+    assert any(": conv" in g for g in code.meta["groups"]) and not code.meta["uncaptured"], code.meta
+    result = sandbox.evaluate(p, code.source, small=True, device="cpu", trials=2, timing=False)
+    assert result["status"] == "correct", f"{result['status']}: {result['error_text']}"
+
+
+def test_library_variant_and_precision_rule():
+    p = _conv_problem("Conv2d(3, 16, 3)", "        return torch.relu(self.conv(x))", (2, 3, 6, 6))
+    code = build(p)
+    # fp32 at 1e-4, the weight is a parameter: 3xTF32 (never plain TF32 at this tolerance)
+    assert 'input_precision="tf32x3"' in code.source and 'input_precision="tf32"' not in code.source
+    assert "convolution" not in " ".join(code.meta["uncaptured"])
+    lib = build(p, [LibraryGemm("*")])
+    assert "torch.nn.functional.conv2d(" in lib.source and "conv [" not in " ".join(lib.meta["groups"])
+
+
+def test_spec_errors_are_one_line():
+    with pytest.raises(ValueError, match="stride must be 2 ints"):
+        conv_kernel(ConvSpec("c", dims=2, stride=(1,)))
+    with pytest.raises(ValueError, match="groups must be"):
+        conv_kernel(ConvSpec("c", groups=0, transposed=True))
+    ks = conv_kernel(ConvSpec("c"))
+    assert set(ks.config) <= set(ks.space) | {"num_stages"} and "BLOCK_M" in ks.space
+
+
+def test_launcher_rejects_mismatched_weight(load):
+    mod = load("import torch\nimport triton\nimport triton.language as tl\n\n"
+               + conv_kernel(ConvSpec("c", groups=2)).source)
+    with pytest.raises(ValueError, match="does not match 5 input channels"):
+        mod.launch_c(torch.randn(1, 5, 4, 4), torch.randn(4, 2, 3, 3))
+
+
+# -- KernelBench problems through the sandbox (SMALL sizes on the CPU) -------------------------------
+
+KB_SMALL = ["level2/57_Conv2d_ReLU_HardSwish.py", "level2/67_Conv2d_GELU_GlobalAvgPool.py",
+            # ~17-28 s interpreted (a stride-2 transposed conv visits 4x the taps it uses)
+            pytest.param("level2/2_ConvTranspose2d_BiasAdd_Clamp_Scaling_Clamp_Divide.py", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("rel", KB_SMALL)
+def test_kernelbench_conv_seed_is_correct_with_own_kernels(rel):
+    path = KB_DIR / rel
+    if not path.exists():
+        pytest.skip(f"KernelBench not found at {KB_DIR}")
+    from kernellab.agents.builtin import seed
+
+    problem = load_problem(path)
+    code = seed(problem)[0]
+    assert any(": conv" in g for g in code.meta["groups"]), code.meta["groups"]
+    result = sandbox.evaluate(problem, code.source, small=True, device="cpu", trials=2, timing=False)
+    assert result["status"] == "correct", f"{result['status']}: {result['error_text']}"
+    assert result["library_only"] is False
+
+
+# -- full KernelBench size on the GPU (the lead runs these on the H200) -------------------------------
+
+# outputs of 2.1 GB (537M fp32 values) in 2, 67 and 86: the sandbox holds several, so they run alone
+_BIG = pytest.mark.bigmem
+KB_GPU = ["level2/57_Conv2d_ReLU_HardSwish.py", "level2/47_Conv3d_Mish_Tanh.py",
+          pytest.param("level2/2_ConvTranspose2d_BiasAdd_Clamp_Scaling_Clamp_Divide.py", marks=_BIG),
+          pytest.param("level2/67_Conv2d_GELU_GlobalAvgPool.py", marks=_BIG),
+          pytest.param("level1/86_conv_depthwise_separable_2D.py", marks=_BIG)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rel", KB_GPU)
+def test_kernelbench_conv_on_gpu_full_size(rel):
+    path = KB_DIR / rel
+    if not path.exists():
+        pytest.skip(f"KernelBench not found at {KB_DIR}")
+    problem = load_problem(path)
+    code = build(problem)
+    result = sandbox.evaluate(problem, code.source, small=False, device="cuda", trials=3, timing=True)
+    assert result["status"] == "correct", f"{result['status']}: {result['error_text']}"
+    share = result.get("own_kernel_share")
+    assert share is not None and share > 0.5, (share, result["details"].get("own_kernels"))
+    print(f"{rel}: {result.get('median_ms')} ms, eager {result.get('eager_ms')} ms, compile {result.get('compile_ms')} ms, "
+          f"own-kernel share {share:.2f}")
+
+
+def test_strided_transposed_conv_takes_the_subpixel_path():
+    """The phase split is what the transposed cases above exercise when strided and undilated."""
+    for case, want in (("conv_transpose2d_stride_over_kernel", True), ("conv_transpose2d_grouped_dilated", False)):
+        layer, forward, shape, _ = CASES[case]
+        assert ("SUBPIX=True" in build(_conv_problem(layer, forward, shape)).source) is want, case
+
+
+def test_planner_and_debugger_know_conv_groups():
+    """The plan offers cuDNN (and unfusing the pooling) for a conv group; a mismatch first gets IEEE
+    dots in the conv, then cuDNN; both replay to candidates that differ as said."""
+    from kernellab.agents.builtin import BuiltinAgents, KeepRowOut, Precision, candidate_actions
+
+    fwd = "        return torch.relu(self.conv(x)).mean((2, 3))"
+    p = _conv_problem("Conv2d(3, 16, 3)", fwd, (2, 3, 6, 6))
+    b, grp = _conv_group(p)
+    acts = [a for a, gid in candidate_actions(p, b) if gid == grp.id]
+    assert LibraryGemm(grp.gemm) in acts and KeepRowOut(grp.id) in acts
+    assert built(p, [KeepRowOut(grp.id)]).groups[-1].kind == "rows"  # the mean in a kernel of its own
+    code = build(p)
+    row = {"id": "c1", "parent_id": None, "source": code.source, "meta": code.meta, "selected": True,
+           "best": {"status": "incorrect"}}
+    seen = []
+    for _ in range(2):
+        fix = BuiltinAgents().debug(p, row, {"status": "incorrect", "error_text": "max abs err 0.3"})
+        seen.append(action_from_dict(fix.meta["actions"][-1]))
+        row = {**row, "source": fix.source, "meta": fix.meta}
+    assert seen == [Precision(grp.id, "ieee"), LibraryGemm(grp.gemm)]
+    assert 'input_precision="ieee"' in build(p, [seen[0]]).source
