@@ -110,6 +110,9 @@ def bench_config(config_kw: dict) -> dict:
     ``CampaignConfig.tune_trials_on``)."""
     cfg = asdict(CampaignConfig(problems=[], **config_kw))
     cfg.pop("problems")
+    # reuse records what another campaign measured under the same conditions: the results do not
+    # change with it, so neither does the hash (a bench database from before the option still matches)
+    cfg.pop("reuse")
     device = cfg["device"] or env.default_device()
     cfg["device"] = "cuda" if device.startswith("cuda") else device
     cfg["small"] = (cfg["device"] == "cpu") if cfg["small"] is None else bool(cfg["small"])
