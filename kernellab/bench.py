@@ -365,13 +365,7 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
             resume = _start(store, suite, prob, paths[i], config_kw, chash, stamp, tag)
         if progress is not None:
             progress.update(problem=prob.name)
-        try:
-            run_campaign(store, resume, progress=progress, executor=executor)
-        except Exception as exc:  # one broken campaign is a row that says so, not a lost bench
-            store.add_event(resume, "error", {"error": f"{type(exc).__name__}: {exc}"[:2000]})
-            import traceback
-
-            traceback.print_exc()
+        _run_one(store, resume, progress, executor)
         result = write()
         verdict = _verdict(next(r for r in result["problems"] if r["problem_id"] == prob.id))
         with lock:
@@ -440,6 +434,16 @@ def _start(store: Any, suite: str, prob: Problem, path: Path, config_kw: dict, c
     store.update_campaign(cid, config={**camp["config"], **(tag or {}),
                                        "bench": {"config_hash": chash, "suite": suite}})
     return cid
+
+
+def _run_one(store: Any, campaign_id: str, progress: Any, executor: Any) -> None:
+    try:
+        run_campaign(store, campaign_id, progress=progress, executor=executor)
+    except Exception as exc:  # one broken campaign is a row that says so, not a lost bench
+        store.add_event(campaign_id, "error", {"error": f"{type(exc).__name__}: {exc}"[:2000]})
+        import traceback
+
+        traceback.print_exc()
 
 
 def _verdict(row: dict) -> str:

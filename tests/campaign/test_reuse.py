@@ -74,6 +74,18 @@ def test_second_campaign_reuses_the_seed_evaluation(tmp_path: Path, ex: Counting
     assert jobs == 1 and "reused_from" not in off["details"]
 
 
+@pytest.mark.gpu
+def test_gpu_campaign_reuses_a_gpu_evaluation(tmp_path: Path, ex: CountingExecutor) -> None:
+    """On the GPU the worker's device name and versions must match the campaign process's: a second
+    campaign reuses the first's timed (not interpreted) evaluation."""
+    store = Store(tmp_path / "k.db")
+    first, jobs = _campaign(store, ex, "first", device="cuda", tune_trials=0, inductor_seed=False)
+    assert jobs == 1 and first["status"] == "correct" and not first["interpreted"]
+    second, jobs = _campaign(store, ex, "second", device="cuda", tune_trials=0, inductor_seed=False)
+    assert jobs == 0 and second["details"]["reused_from"] == first["id"]
+    assert second["speedup_eager"] == first["speedup_eager"] is not None
+
+
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> tuple[dict, dict]:
     """(the seed's candidate row, its evaluation) from a campaign run in a database of its own."""
