@@ -15,7 +15,6 @@ from ._budget import (
                       Usage,
                       check,
                       pct_of_ceiling,
-                      stop_if_done,
                       stop_reason,
 )
 from ._policies import POLICIES, UCT, Beam, Evolve, Greedy, get_policy
@@ -25,6 +24,6 @@ from ._tree import Node, Tree, score_of
 from ._tune import SpaceError, TuneResult, make_sampler, parse_space, read_space, tune
 
 __all__ = ["Tree", "Node", "score_of", "Greedy", "Beam", "UCT", "Evolve", "POLICIES", "get_policy",
-           "Budget", "Usage", "StopRules", "StopDecision", "CEILINGS", "pct_of_ceiling", "check", "stop_if_done",
+           "Budget", "Usage", "StopRules", "StopDecision", "CEILINGS", "pct_of_ceiling", "check",
            "stop_reason", "tune", "parse_space", "read_space", "SpaceError", "TuneResult", "make_sampler",
            "find_reusable", "reused_result", "reuse_settings", "VERSION_KEYS"]
