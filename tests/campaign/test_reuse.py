@@ -128,3 +128,21 @@ def _problem():
     from kernellab.problem import load_problem
 
     return load_problem(PROBLEM)
+
+
+def test_cli_reuses_by_default_and_not_with_no_reuse(tmp_path: Path, ex: CountingExecutor) -> None:
+    from click.testing import CliRunner
+
+    from kernellab.cli import main
+
+    db = tmp_path / "k.db"
+    first, _ = _campaign(Store(db), ex, "first")
+    for name, flags, reused in (("on", [], True), ("off", ["--no-reuse"], False)):
+        res = CliRunner().invoke(main, ["run", str(PROBLEM), "--campaign", name, "--db", str(db), "--budget", "1",
+                                        "--width", "1", "--trials", "1", "--debug-rounds", "0", "--json", *flags])
+        assert res.exit_code == 0, res.output
+        store = Store(db)
+        camp = store.get_campaign(name)
+        (full,) = store.evaluations(campaign_id=camp["id"], kind="full")
+        assert camp["config"]["reuse"] is reused
+        assert full["details"].get("reused_from") == (first["id"] if reused else None)
