@@ -110,6 +110,9 @@ def bench_config(config_kw: dict) -> dict:
     ``CampaignConfig.tune_trials_on``)."""
     cfg = asdict(CampaignConfig(problems=[], **config_kw))
     cfg.pop("problems")
+    # reuse records what another campaign measured under the same conditions: the results do not
+    # change with it, so neither does the hash (a bench database from before the option still matches)
+    cfg.pop("reuse")
     device = cfg["device"] or env.default_device()
     cfg["device"] = "cuda" if device.startswith("cuda") else device
     cfg["small"] = (cfg["device"] == "cpu") if cfg["small"] is None else bool(cfg["small"])
@@ -342,17 +345,7 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
             _write(result, jpath, mpath)
             return result
 
-    todo: list[tuple[int, str | None]] = []  # (problem index, campaign to resume)
-    skipped = resumed = 0
-    for i in mine:
-        camps = reader.campaigns(problems[i].id)
-        if camps and camps[-1][1]["status"] == "done":
-            skipped += 1
-        elif camps:
-            resumed += 1
-            todo.append((i, camps[-1][1]["id"]))
-        else:
-            todo.append((i, None))
+    todo, skipped, resumed = _plan(reader, problems, mine)
     if todo:  # options, policy and LLM backend checked once, before anything is written
         check_campaign(CampaignConfig(problems=[str(paths[todo[0][0]])], **config_kw), store=store)
     say(f"bench {suite}: {len(problems)} problems, {len(mine)} in this shard"
@@ -367,29 +360,14 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     write()  # the files exist from the start and say how much of the suite is finished
 
     def one(i: int, resume: str | None) -> None:
-        prob, path = problems[i], paths[i]
+        prob = problems[i]
         if resume is None:
-            ccfg = CampaignConfig(problems=[str(path)], **config_kw)
-            cid = start_campaign(store, ccfg, problems=[prob], name=f"bench-{Path(suite).stem}-{prob.name}-"
-                                                                    f"{chash[:8]}-{stamp.strftime('%Y%m%d-%H%M%S')}")
-            camp = store.get_campaign(cid)
-            store.update_campaign(cid, config={**camp["config"], **(tag or {}),
-                                               "bench": {"config_hash": chash, "suite": suite}})
-        else:
-            cid = resume
+            resume = _start(store, suite, prob, paths[i], config_kw, chash, stamp, tag)
         if progress is not None:
             progress.update(problem=prob.name)
-        try:
-            run_campaign(store, cid, progress=progress, executor=executor)
-        except Exception as exc:  # one broken campaign is a row that says so, not a lost bench
-            store.add_event(cid, "error", {"error": f"{type(exc).__name__}: {exc}"[:2000]})
-            import traceback
-
-            traceback.print_exc()
+        _run_one(store, resume, progress, executor)
         result = write()
-        row = next(r for r in result["problems"] if r["problem_id"] == prob.id)
-        verdict = ("correct" if row["correct"] else "not finished" if not row["finished"]
-                   else f"correct, not counted ({row['not_counted']['reason']})" if row["not_counted"] else "no correct candidate")
+        verdict = _verdict(next(r for r in result["problems"] if r["problem_id"] == prob.id))
         with lock:
             counter["done"] += 1
             n_done = counter["done"]
@@ -429,11 +407,77 @@ def bench_summary(suite: str, stores: Sequence[Any], config_kw: dict, name: str 
     return result, jpath, mpath
 
 
+def _plan(reader: _Rows, problems: list[Problem], mine: list[int]) -> tuple[list[tuple[int, str | None]], int, int]:
+    """(problem index, campaign to resume or None to start) for each problem of the shard not finished
+    under this configuration; how many are skipped as finished and how many resumed."""
+    todo: list[tuple[int, str | None]] = []
+    skipped = resumed = 0
+    for i in mine:
+        camps = reader.campaigns(problems[i].id)
+        if camps and camps[-1][1]["status"] == "done":
+            skipped += 1
+        elif camps:
+            resumed += 1
+            todo.append((i, camps[-1][1]["id"]))
+        else:
+            todo.append((i, None))
+    return todo, skipped, resumed
+
+
+def _start(store: Any, suite: str, prob: Problem, path: Path, config_kw: dict, chash: str, stamp: _dt.datetime,
+           tag: dict | None) -> str:
+    """A new bench campaign for one problem, marked with the configuration's hash (and a study's tag)."""
+    ccfg = CampaignConfig(problems=[str(path)], **config_kw)
+    cid = start_campaign(store, ccfg, problems=[prob], name=f"bench-{Path(suite).stem}-{prob.name}-"
+                                                            f"{chash[:8]}-{stamp.strftime('%Y%m%d-%H%M%S')}")
+    camp = store.get_campaign(cid)
+    store.update_campaign(cid, config={**camp["config"], **(tag or {}),
+                                       "bench": {"config_hash": chash, "suite": suite}})
+    return cid
+
+
+def _run_one(store: Any, campaign_id: str, progress: Any, executor: Any) -> None:
+    try:
+        run_campaign(store, campaign_id, progress=progress, executor=executor)
+    except Exception as exc:  # one broken campaign is a row that says so, not a lost bench
+        store.add_event(campaign_id, "error", {"error": f"{type(exc).__name__}: {exc}"[:2000]})
+        import traceback
+
+        traceback.print_exc()
+
+
+def _verdict(row: dict) -> str:
+    if row["correct"]:
+        return "correct"
+    if not row["finished"]:
+        return "not finished"
+    return f"correct, not counted ({row['not_counted']['reason']})" if row["not_counted"] else "no correct candidate"
+
+
 def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
 def to_markdown(result: dict) -> str:
+    share = result.get("kernel_share_min", KERNEL_SHARE_MIN)
+    lines = _md_header(result) + _md_summary(result, share)
+    lines += ["## Problems", "",
+              "| problem | correct | best ms (p20–p80) | eager ms | compile ms | vs eager | vs compile | evals to best | s to best | winning actions |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [_md_problem(r, share) for r in result["problems"]]
+    losers = [r for r in result["problems"] if r.get("finished", True) and r["correct"] and r.get("speedup_compile") is not None and r["speedup_compile"] < 1.0]
+    if losers:
+        lines += ["", "## Where we lose to torch.compile", ""]
+        for r in losers:
+            a = r.get("analysis") or {}
+            lines.append(f"- **{r['problem']}** ({_x(r['speedup_compile'])}): bound {a.get('bound', '?')}, "
+                         f"{a.get('pct_of_ceiling') if a.get('pct_of_ceiling') is not None else '?'}% of ceiling. "
+                         f"{a.get('evidence', 'no analysis recorded')}")
+    return "\n".join(lines) + "\n"
+
+
+def _md_header(result: dict) -> list[str]:
+    """Title, environment, configuration and the warnings that qualify every number below."""
     s = result["summary"]
     v = result["versions"]
     lines = [f"# kernellab bench `{result['suite']}` — {result['date']}", "",
@@ -453,54 +497,49 @@ def to_markdown(result: dict) -> str:
     lines += [f"**{finished} of {total} problems finished.**"
               + ("" if finished == total else " Every fraction below is over all "
                  f"{total} problems: an unfinished problem counts as not correct and not fast."), ""]
-    share = result.get("kernel_share_min", KERNEL_SHARE_MIN)
-    lines += ["## Summary", "", f"{s['correct']}/{total} problems with a correct kernel win (own-kernel share >= "
-              f"{share:g}{', library-only allowed' if result.get('allow_library') else ''})"
-              + (f"; {s['not_counted']} more correct but not counted (library-only or lower share)"
-                 if s.get("not_counted") else "") + ".", "",
-              "| measure | vs eager | vs torch.compile |", "|---|---|---|"]
+    return lines
+
+
+def _md_summary(result: dict, share: float) -> list[str]:
+    s = result["summary"]
+    total = s["problems"]
+    lines = ["## Summary", "", f"{s['correct']}/{total} problems with a correct kernel win (own-kernel share >= "
+             f"{share:g}{', library-only allowed' if result.get('allow_library') else ''})"
+             + (f"; {s['not_counted']} more correct but not counted (library-only or lower share)"
+                if s.get("not_counted") else "") + ".", "",
+             "| measure | vs eager | vs torch.compile |", "|---|---|---|"]
     for p in THRESHOLDS:
         a, b = s[f"fast_{p:g}_eager"], s[f"fast_{p:g}_compile"]
         lines.append(f"| fast_{p:g} | {'-' if a is None else f'{a:.2f}'} | {'-' if b is None else f'{b:.2f}'} |")
     lines.append(f"| geomean speedup, correct problems | {_x(s['geomean_eager_correct'])} | {_x(s['geomean_compile_correct'])} |")
     lines.append(f"| geomean speedup, all problems (incorrect or unfinished = 1.0x) | {_x(s['geomean_eager_all'])} | "
                  f"{_x(s['geomean_compile_all'])} |")
-    lines += ["", f"Failures by class (all evaluations): {json.dumps(s['failures'], sort_keys=True) or '{}'}", "",
-              "## Problems", "",
-              "| problem | correct | best ms (p20–p80) | eager ms | compile ms | vs eager | vs compile | evals to best | s to best | winning actions |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in result["problems"]:
-        if not r.get("finished", True):
-            note = f"not finished: {r.get('state') or 'unfinished'}"
-            if r.get("campaign_error"):
-                note += f"; {r['campaign_error'][:80]}"
-            lines.append(f"| {r['problem']} | {note} | - | - | - | - | - | - | - | - |")
-            continue
-        if not r["correct"]:
-            nc = r.get("not_counted")
-            if nc and nc["reason"] == "library_only":
-                note = "library-only correct, not counted"
-            elif nc:
-                sh = nc.get("own_kernel_share")
-                note = f"correct, own-kernel share {'?' if sh is None else f'{sh:.2f}'} < {share:g}, not counted"
-            else:
-                note = "no correct candidate"
-            lines.append(f"| {r['problem']} | no ({note}) | - | - | - | - | - | - | - | - |")
-            continue
-        band = f"{r['median_ms']:.4g} ({r['p20_ms']:.4g}–{r['p80_ms']:.4g})" if r["p20_ms"] else f"{r['median_ms']:.4g}"
-        lines.append(f"| {r['problem']} | yes | {band} | {r['eager_ms'] or 0:.4g} | "
-                     f"{'-' if r['compile_ms'] is None else format(r['compile_ms'], '.4g')} | {_x(r['speedup_eager'])} | "
-                     f"{_x(r['speedup_compile'])} | {r['evaluations_to_best']} | {r['seconds_to_best']} | "
-                     f"{' → '.join(r['actions'])} |")
-    losers = [r for r in result["problems"] if r.get("finished", True) and r["correct"] and r.get("speedup_compile") is not None and r["speedup_compile"] < 1.0]
-    if losers:
-        lines += ["", "## Where we lose to torch.compile", ""]
-        for r in losers:
-            a = r.get("analysis") or {}
-            lines.append(f"- **{r['problem']}** ({_x(r['speedup_compile'])}): bound {a.get('bound', '?')}, "
-                         f"{a.get('pct_of_ceiling') if a.get('pct_of_ceiling') is not None else '?'}% of ceiling. "
-                         f"{a.get('evidence', 'no analysis recorded')}")
-    return "\n".join(lines) + "\n"
+    lines += ["", f"Failures by class (all evaluations): {json.dumps(s['failures'], sort_keys=True) or '{}'}", ""]
+    return lines
+
+
+def _md_problem(r: dict, share: float) -> str:
+    """One problem's row of the table."""
+    if not r.get("finished", True):
+        note = f"not finished: {r.get('state') or 'unfinished'}"
+        if r.get("campaign_error"):
+            note += f"; {r['campaign_error'][:80]}"
+        return f"| {r['problem']} | {note} | - | - | - | - | - | - | - | - |"
+    if not r["correct"]:
+        nc = r.get("not_counted")
+        if nc and nc["reason"] == "library_only":
+            note = "library-only correct, not counted"
+        elif nc:
+            sh = nc.get("own_kernel_share")
+            note = f"correct, own-kernel share {'?' if sh is None else f'{sh:.2f}'} < {share:g}, not counted"
+        else:
+            note = "no correct candidate"
+        return f"| {r['problem']} | no ({note}) | - | - | - | - | - | - | - | - |"
+    band = f"{r['median_ms']:.4g} ({r['p20_ms']:.4g}–{r['p80_ms']:.4g})" if r["p20_ms"] else f"{r['median_ms']:.4g}"
+    return (f"| {r['problem']} | yes | {band} | {r['eager_ms'] or 0:.4g} | "
+            f"{'-' if r['compile_ms'] is None else format(r['compile_ms'], '.4g')} | {_x(r['speedup_eager'])} | "
+            f"{_x(r['speedup_compile'])} | {r['evaluations_to_best']} | {r['seconds_to_best']} | "
+            f"{' → '.join(r['actions'])} |")
 
 
 def config_kwargs(**opts: Any) -> dict:

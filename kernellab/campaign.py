@@ -76,6 +76,9 @@ class CampaignConfig:
     # builtin agents: also seed from torch.compile's own code; None = with CUDA only (on the CPU its
     # Triton kernels run in the interpreter, and compiling costs each problem tens of seconds)
     inductor_seed: bool | None = None
+    # evaluate no source that any campaign in the store evaluated already on this device and software
+    # with these settings: its result is recorded again, with details.reused_from (search.find_reusable)
+    reuse: bool = True
 
     def validate(self) -> None:
         if not self.problems:
@@ -298,18 +301,50 @@ class _Steps:
         self._references: dict[str, dict] = {}
         self.tune_trials = config.tune_trials_on(device)
 
+    def _settings(self, problem: Problem) -> dict:
+        from kernellab import search
+
+        small = self.config.small if self.config.small is not None else self.device != "cuda"
+        return search.reuse_settings(trials=self.config.trials, small=small, mode=problem.mode)
+
+    def _reusable(self, problem: Problem, cand: dict) -> dict | None:
+        """A finished evaluation of the same source by any campaign, made under this campaign's
+        conditions (``search.find_reusable``), as this candidate's result; None: evaluate it.
+        Only with the local executor, whose workers run this host's device and software."""
+        from kernellab import sandbox, search
+
+        if not self.config.reuse or not isinstance(self.executor, sandbox.LocalExecutor):
+            return None
+        known = search.find_reusable(self.store, problem.id, cand["source"], device=env.device_name(self.device),
+                                     versions=env.versions(self.device), job=self._settings(problem),
+                                     gpu=self.device == "cuda", exclude=cand["id"])
+        return search.reused_result(known) if known is not None else None
+
     def evaluate_many(self, problem: Problem, cands: list[dict]) -> Iterator[tuple[str, dict]]:
         from kernellab import sandbox
 
         config = self.config
+        todo = []
+        for c in cands:
+            reused = self._reusable(problem, c)
+            if reused is None:
+                todo.append(c)
+            else:
+                yield c["id"], reused
+        if not todo:
+            return
+        job_settings = self._settings(problem)
         # evaluate() blocks on its job; threads keep several jobs in flight in the executor's pool
-        pool = ThreadPoolExecutor(max_workers=max(1, min(len(cands), config.width)))
+        pool = ThreadPoolExecutor(max_workers=max(1, min(len(todo), config.width)))
         try:
             futs = {pool.submit(sandbox.evaluate, problem, c["source"], small=config.small, device=self.device,
                                 trials=config.trials, store=self.store, executor=self.executor): c["id"]
-                    for c in cands}
+                    for c in todo}
             for fut in as_completed(futs):
-                yield futs[fut], fut.result()
+                result = fut.result()
+                # what a later campaign's reuse compares with (search.find_reusable)
+                result["details"] = {**(result.get("details") or {}), "settings": job_settings}
+                yield futs[fut], result
         except BaseException:
             # Ctrl-C: leave the threads waiting on jobs; the executor's shutdown kills their workers
             # (waiting here held the interrupt for as long as the slowest evaluation took)

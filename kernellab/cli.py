@@ -231,6 +231,9 @@ def _campaign_options(fn: Callable) -> Callable:
         click.option("--small", is_flag=True, default=d.small, help="SMALL problem sizes (automatic on CPU)."),
         click.option("--inductor-seed/--no-inductor-seed", "inductor_seed", default=d.inductor_seed,
                      help="Builtin agents: also seed from torch.compile's own code [default: on with CUDA, off on CPU]."),
+        click.option("--reuse/--no-reuse", default=d.reuse, show_default=True,
+                     help="Record an evaluation another campaign in the database made of the same source, on this "
+                          "device and software with these settings, instead of evaluating it again."),
         click.option("--replay", default=d.replay, metavar="CAMPAIGN",
                      help="Answer LLM calls from CAMPAIGN's recorded calls (no network)."),
     ]

@@ -13,9 +13,8 @@ import contextlib
 import hashlib
 import io
 import os
-import tempfile
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -359,18 +358,6 @@ def output_tensors(out: Any) -> list[torch.Tensor] | None:
     if isinstance(out, (tuple, list)) and out and all(isinstance(o, torch.Tensor) for o in out):
         return list(out)
     return None
-
-
-@contextlib.contextmanager
-def problem_file(problem: Problem) -> Iterator[str]:
-    """A path holding the problem's source (for tools that need a file, e.g. ncu subprocesses)."""
-    if problem.path and not problem.artifacts:
-        yield problem.path
-        return
-    with tempfile.TemporaryDirectory(prefix="kernellab-problem-") as d:
-        f = Path(d) / f"{problem.name}.py"
-        f.write_text(problem.source)
-        yield str(f)
 
 
 def _main_definitions(model: torch.nn.Module, name: str) -> str:

@@ -4,7 +4,7 @@
 first); it is the one place a budget is enforced: the campaign's stop check asks ``check``, and the
 graph asks ``candidates_left`` how many candidates a round may still add.
 ``StopRules`` ends the search early: target speedup reached, plateau, or roofline. ``check`` asks
-both; ``stop_if_done`` also records the decision as an ``events`` row (``kind="stop"``).
+both; ``stop_reason`` is the campaign's question (its graph records the answer as a ``stop`` event).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from ._tree import Tree
 
 __all__ = ["Budget", "Usage", "StopRules", "StopDecision", "CEILINGS", "pct_of_ceiling", "check",
-           "stop_if_done", "stop_reason"]
+           "stop_reason"]
 
 # Measured ceilings of the reference GPU (H200, torch 2.11, one run each; kernellab.report.CEILINGS), in bytes/s or
 # FLOP/s. float16 was not measured: H200 runs fp16 and bf16 at the same tensor-core rate, so it
@@ -45,9 +45,6 @@ class StopDecision:
     rule: str  # budget:<a Budget field> | target | plateau | roofline
     reason: str  # one sentence a person can read in `kernellab status`
     details: dict = field(default_factory=dict)
-
-    def payload(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -182,16 +179,6 @@ def check(tree: Tree, budget: Budget | None = None, rules: StopRules | None = No
         if decision:
             return decision
     return rules.check(tree) if rules is not None else None
-
-
-def stop_if_done(tree: Tree, budget: Budget | None = None, rules: StopRules | None = None,
-                 usage: Usage | None = None) -> StopDecision | None:
-    """``check``, and record a stop as an ``events`` row (``kind="stop"``) whose payload says why."""
-    decision = check(tree, budget, rules, usage)
-    if decision is not None:
-        tree.store.add_event(tree.campaign_id, "stop", {**decision.payload(), "problem_id": tree.problem_id,
-                                                        "objective": tree.objective})
-    return decision
 
 
 def stop_reason(tree: Tree, budget: Budget | None = None, *, store: Any = None, campaign_id: str | None = None,

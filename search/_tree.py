@@ -14,12 +14,11 @@ on CPU; they are never reported as speedups (the store's ``best``/``summary`` ne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kernellab.problem import content_hash
-from kernellab.vocab import Kind, Status, check_objective
+from kernellab.vocab import Status, check_objective
 from kernellab.vocab import is_judged as _judged
 
 __all__ = ["Node", "Tree", "score_of"]
@@ -80,7 +79,6 @@ class Tree:
         for r in rows:
             if r["parent_id"] in kids:
                 kids[r["parent_id"]].append(r["id"])
-        self._rows = {r["id"]: r for r in rows}
         self._nodes = {r["id"]: self._node(r, evals[r["id"]], kids[r["id"]]) for r in rows}
         return self
 
@@ -137,50 +135,3 @@ class Tree:
 
     def best(self) -> Node | None:
         return max(self.scored(), key=lambda n: n.score, default=None)  # first of equals wins
-
-    def rows(self, selected: list[Node] = ()) -> list[dict]:
-        """Store rows with ``best`` and ``selected`` keys: the tree as ``Agents.plan`` reads it."""
-        picked = {n.id for n in selected}
-        return [{**self._rows[n.id], "best": n.best, "selected": n.id in picked} for n in self]
-
-    # -- duplicates ----------------------------------------------------------------------------
-    def source_hash(self, source: str) -> str:
-        return content_hash(self.problem_id, source)  # the store's candidates.source_hash
-
-    def known_result(self, source: str, device: str | None = None) -> dict | None:
-        """The judged evaluation already recorded for this exact source: from this campaign, or,
-        when ``device`` is given, from any campaign on that device. None: it was never evaluated."""
-        h = self.source_hash(source)
-        for n in self:
-            if n.source_hash == h and (n.best or n.status):
-                return n.best or self._latest(n.id)
-        if device is None:
-            return None
-        for cand in self.store.find_by_source_hash(h):
-            judged = [e for e in self.store.evaluations(candidate_id=cand["id"])
-                      if _judged(e) and e.get("device") == device]
-            if judged:
-                return self._best(judged)[0] or judged[0]
-        return None
-
-    def _latest(self, node_id: str) -> dict | None:
-        judged = [e for e in self.store.evaluations(candidate_id=node_id) if _judged(e)]
-        return judged[-1] if judged else None
-
-    def evaluate_once(self, source: str, evaluate: Callable[[str], dict], *, device: str | None = None,
-                      **candidate: Any) -> tuple[str, dict, bool]:
-        """Add ``source`` as a candidate and evaluate it, unless the same source was evaluated before:
-        then the earlier result is recorded for this candidate and ``evaluate`` is not called.
-        Returns (candidate_id, result, reused). ``candidate`` goes to ``store.add_candidate``."""
-        known = self.known_result(source, device)
-        cid = self.store.add_candidate(self.campaign_id, self.problem_id, source, **candidate)
-        if known is not None:
-            result = {k: v for k, v in known.items() if k not in ("id", "candidate_id", "campaign_id")}
-            result["details"] = {**(known.get("details") or {}), "reused_from": known["id"]}
-            self.store.add_evaluation(cid, result, kind=known["kind"])
-            self.reload()
-            return cid, result, True
-        result = evaluate(source)
-        self.store.add_evaluation(cid, result, kind=Kind.FULL)
-        self.reload()
-        return cid, result, False

@@ -157,16 +157,7 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
 
     if n_trials < 1:
         raise ValueError(f"n_trials must be >= 1, got {n_trials}")
-    space, config = read_space(candidate["source"])
-    if space is None:
-        space = candidate.get("space")  # JSON: every list is a choice list (ranges need the source literal)
-    if space is None:
-        raise SpaceError(f"candidate {candidate['id']} has no SPACE to tune")
-    nested = is_nested(space)
-    space, config = flatten_space(space, config)
-    dists = parse_space(space, config)
-    config = dict(config or {})
-    size = space_size(dists)
+    dists, config, nested = _space_of(candidate)
     runner = _Runner(problem, candidate["source"], executor=executor, small=small, device=device, trials=trials,
                      store=store, nested=nested)
     parallel = max(1, parallel or runner.workers)
@@ -176,12 +167,7 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
     study = optuna.create_study(study_name=study_name(candidate["id"]), storage=optuna_storage(store),
                                 sampler=sampler, direction="minimize", load_if_exists=True)
     if not study.trials:
-        study.set_user_attr("seed", seed)
-        study.set_user_attr("sampler", "TPESampler(multivariate=True)")
-        study.set_user_attr("candidate_id", candidate["id"])
-        study.set_user_attr("campaign_id", candidate.get("campaign_id"))
-        study.set_user_attr("problem", getattr(problem, "name", None))
-        study.set_user_attr("value", "median_ms of a quick sandbox timing")
+        _describe(study, seed, candidate, problem)
         if config:
             study.enqueue_trial({k: v for k, v in config.items() if k in dists})
     _fail_stale(study)
@@ -189,6 +175,46 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
     for t in study.trials:  # a resumed study: earlier outcomes stand
         if t.state.is_finished() and STALE not in t.user_attrs:
             seen.setdefault(canonical_json(t.params), (t.state.name, _value_of(t), t.number))
+    evaluated = _search(study, dists, config, seen, runner, candidate_id=candidate["id"], store=store,
+                        n_trials=n_trials, parallel=parallel, seed=seed, early_stop=early_stop, nested=nested)
+    retimed, best = _retime_best(study, config, seen, runner, candidate_id=candidate["id"], store=store,
+                                 retime_top=retime_top, nested=nested)
+    states = [t.state.name for t in study.get_trials(deepcopy=False)]
+    return TuneResult(study=study.study_name, seed=study.user_attrs.get("seed", seed), trials=len(states),
+                      evaluated=evaluated, complete=states.count("COMPLETE"), failed=states.count("FAIL"),
+                      pruned=states.count("PRUNED"), best_config=best["config"] if best else None,
+                      best_ms=best["median_ms"] if best else None,
+                      best_speedup=best.get("speedup_eager") if best else None, retimed=retimed).to_dict()
+
+
+def _space_of(candidate: dict) -> tuple[dict, dict, bool]:
+    """(Optuna distributions, the candidate's flat CONFIG, whether its SPACE is per kernel)."""
+    space, config = read_space(candidate["source"])
+    if space is None:
+        space = candidate.get("space")  # JSON: every list is a choice list (ranges need the source literal)
+    if space is None:
+        raise SpaceError(f"candidate {candidate['id']} has no SPACE to tune")
+    nested = is_nested(space)
+    space, config = flatten_space(space, config)
+    dists = parse_space(space, config)
+    return dists, dict(config or {}), nested
+
+
+def _describe(study: Any, seed: int, candidate: dict, problem: Any) -> None:
+    """A new study's user attributes: what optuna-dashboard shows about it."""
+    study.set_user_attr("seed", seed)
+    study.set_user_attr("sampler", "TPESampler(multivariate=True)")
+    study.set_user_attr("candidate_id", candidate["id"])
+    study.set_user_attr("campaign_id", candidate.get("campaign_id"))
+    study.set_user_attr("problem", getattr(problem, "name", None))
+    study.set_user_attr("value", "median_ms of a quick sandbox timing")
+
+
+def _search(study: Any, dists: dict, config: dict, seen: dict, runner: _Runner, *, candidate_id: str, store: Any,
+            n_trials: int, parallel: int, seed: int, early_stop: float, nested: bool) -> int:
+    """Ask, evaluate and tell until ``n_trials`` distinct configurations are known (``seen``, updated in
+    place); returns how many this call evaluated."""
+    size = space_size(dists)
     evaluated = 0
 
     def best_ms() -> float | None:
@@ -204,16 +230,7 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
             trial = study.ask(dists)
             key = canonical_json(trial.params)
             if key in seen:  # proposed again: tell the first outcome, evaluate nothing
-                state, value, number = seen[key]
-                trial.set_user_attr("duplicate_of", number)
-                if state == "RUNNING":  # its first outcome is not known yet
-                    trial.set_user_attr("reason", f"duplicate of trial {number}, still running")
-                    state = "FAIL"
-                _tell(study, trial, state, value)
-                # TPE converged on known ground: the next trial is a random configuration not yet seen
-                fresh = _unseen(dists, seen, random.Random(f"{seed}:{len(seen)}:{asks}"))
-                if fresh is not None:
-                    study.enqueue_trial(fresh, user_attrs={"origin": "random, after a duplicate proposal"})
+                _tell_duplicate(study, trial, seen[key], dists, seen, random.Random(f"{seed}:{len(seen)}:{asks}"))
                 continue
             seen[key] = ("RUNNING", None, trial.number)
             limit = best_ms()
@@ -221,35 +238,48 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
                                     early_stop * limit if limit is not None else None)] = trial
             evaluated += 1
         if not in_flight:
-            break
+            return evaluated
         done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
         for fut in done:
             trial = in_flight.pop(fut)
             result = _result_of(fut, unflatten({**config, **trial.params}, nested))
-            store.add_evaluation(candidate["id"], result, kind=Kind.TRIAL)
+            store.add_evaluation(candidate_id, result, kind=Kind.TRIAL)
             state, value = _judge(trial, result)
             seen[canonical_json(trial.params)] = (state, value, trial.number)
             _tell(study, trial, state, value)
 
-    # the best few, re-timed with full timing and full correctness checks
+
+def _tell_duplicate(study: Any, trial: Any, first: tuple[str, float | None, Any], dists: dict, seen: dict,
+                    rng: random.Random) -> None:
+    state, value, number = first
+    trial.set_user_attr("duplicate_of", number)
+    if state == "RUNNING":  # its first outcome is not known yet
+        trial.set_user_attr("reason", f"duplicate of trial {number}, still running")
+        state = "FAIL"
+    _tell(study, trial, state, value)
+    # TPE converged on known ground: the next trial is a random configuration not yet seen
+    fresh = _unseen(dists, seen, rng)
+    if fresh is not None:
+        study.enqueue_trial(fresh, user_attrs={"origin": "random, after a duplicate proposal"})
+
+
+def _retime_best(study: Any, config: dict, seen: dict, runner: _Runner, *, candidate_id: str, store: Any,
+                 retime_top: int, nested: bool) -> tuple[list[dict], dict | None]:
+    """The best few, re-timed with full timing and full correctness checks: (what each re-timing gave,
+    the fastest correct one)."""
     ranked = sorted((v, n) for s, v, n in seen.values() if s == "COMPLETE" and v is not None)
     configs = [{**config, **study.trials[n].params} for _, n in ranked[:retime_top]]
     futures = [runner.submit(c, False) for c in configs]
     retimes = [_result_of(f, unflatten(c, nested)) for f, c in zip(futures, configs, strict=True)]
     for r in retimes:
-        store.add_evaluation(candidate["id"], r, kind=Kind.RETIME)
+        store.add_evaluation(candidate_id, r, kind=Kind.RETIME)
     retimed = [{"config": r["config"], "status": r["status"], "median_ms": r.get("median_ms")} for r in retimes]
     good = [r for r in retimes if r.get("status") == "correct" and r.get("median_ms")]
     best = min(good, key=lambda r: r["median_ms"], default=None)
     if best is not None:
         study.set_user_attr("best_config", best["config"])
         study.set_user_attr("best_ms", best["median_ms"])
-    states = [t.state.name for t in study.get_trials(deepcopy=False)]
-    return TuneResult(study=study.study_name, seed=study.user_attrs.get("seed", seed), trials=len(states),
-                      evaluated=evaluated, complete=states.count("COMPLETE"), failed=states.count("FAIL"),
-                      pruned=states.count("PRUNED"), best_config=best["config"] if best else None,
-                      best_ms=best["median_ms"] if best else None,
-                      best_speedup=best.get("speedup_eager") if best else None, retimed=retimed).to_dict()
+    return retimed, best
 
 
 STALE = "stale"  # user attribute of a trial a killed tuning left RUNNING

@@ -28,9 +28,6 @@ from ._base import BaseStore, StoreError, now
 from ._schema import KNOWN, MIGRATION_SET, migrations
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-# sqlite-utils and our own tables; anything else in a file we did not create means "not ours"
-_OURS = {"campaigns", "problems", "candidates", "evaluations", "metrics", "llm_calls", "events",
-         "baselines", "strategy_studies", "_sqlite_migrations"}
 
 
 def _hash(*parts: str) -> str:

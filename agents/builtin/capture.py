@@ -29,7 +29,7 @@ from kernellab.problem import Problem, apply_mode, cast_inputs, torch_dtype
 from kernellab.small import small_or_empty
 
 from .ir import FLOAT_DTYPES, Dyn, Graph, Node, Ref, Sym
-from .lower import LOWERINGS, VIEW_OPS, lower_node
+from .lower import VIEW_OPS, lower_node
 
 __all__ = ["capture", "CaptureError"]
 
@@ -394,4 +394,4 @@ def _raw_refs(node: Node) -> list[str]:
     return out
 
 
-_ = (LOWERINGS, VIEW_OPS, FLOAT_DTYPES, types)
+_ = (VIEW_OPS, FLOAT_DTYPES, types)

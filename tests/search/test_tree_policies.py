@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from kernellab.search import POLICIES, Tree, get_policy
-from search_synth import Synth, result
+from kernellab.search import POLICIES, Tree, find_reusable, get_policy, reuse_settings, reused_result
+from search_synth import GPU, Synth, result
 
 
 def names(synth: Synth, nodes) -> list[str]:
@@ -23,8 +23,6 @@ def test_tree_nodes_scores_and_failures(synth) -> None:
     assert names(synth, tree.scored()) == ["r", "a", "b", "a1", "b1", "c1"]
     assert synth.name(tree.best()) == "a1"
     assert names(synth, tree.subtree(synth.ids["a"])) == ["a", "a1", "a2"]
-    rows = tree.rows(selected=[a1])
-    assert [r["selected"] for r in rows].count(True) == 1 and rows[4]["best"]["speedup_eager"] == 2.0
 
 
 def test_score_takes_best_judged_evaluation_and_ignores_trials(store) -> None:
@@ -55,28 +53,38 @@ def test_objective_compile(store) -> None:
         Tree(store, t.cid, t.pid, objective="speed")
 
 
-def test_duplicate_source_is_not_evaluated_twice(synth) -> None:
-    tree = Tree(synth.store, synth.cid, synth.pid)
-    calls = []
+def test_find_reusable_matches_device_versions_settings_and_kind(store) -> None:
+    """The rules of search.find_reusable on rows another campaign recorded (the campaign's evaluate
+    step and its end-to-end test: tests/campaign/test_reuse.py)."""
+    job = reuse_settings(trials=5, small=False, mode="train")
+    versions = {"torch": "2.9", "triton": "3.5", "cuda": "12.8", "driver": "570", "python": "3.12", "commit": "a"}
+    first = Synth(store, name="first")
+    cand = first.add("r", status=None)
+    full = store.add_evaluation(cand, result(1.7, versions=versions, details={"settings": job, "gpu_s": 2.0}))
+    store.add_evaluation(cand, result(3.0, versions=versions, details={"settings": job}, config={"B": 64}), kind="retime")
+    second = Synth(store, name="second")
 
-    def evaluate(source: str) -> dict:
-        calls.append(source)
-        return result(1.7)
+    def find(source="# r\n", **kw):
+        args = dict(device=GPU, versions={**versions, "commit": "b"}, job=job, gpu=True)  # commit: not compared
+        return find_reusable(store, second.pid, source, **{**args, **kw})
 
-    cid, res, reused = tree.evaluate_once("# new\n", evaluate, parent_id=synth.ids["a1"], action="x")
-    assert (reused, res["speedup_eager"], len(calls)) == (False, 1.7, 1)
-    cid2, res2, reused2 = tree.evaluate_once("# new\n", evaluate, parent_id=synth.ids["b1"], action="x")
-    assert (cid2, reused2, res2["speedup_eager"], len(calls)) == (cid, True, 1.7, 1)
-    assert tree[cid].score == 1.7
-    # another campaign on the same device reuses the result; without a device it does not look outside
-    other = Synth(synth.store, name="c2")
-    t2 = Tree(synth.store, other.cid, synth.pid)
-    assert t2.known_result("# new\n") is None
-    cid3, res3, reused3 = t2.evaluate_once("# new\n", evaluate, device="NVIDIA H200")
-    assert cid3 != cid and reused3 and len(calls) == 1
-    assert t2[cid3].score == 1.7 and res3["details"]["reused_from"]
-    assert Tree(synth.store, other.cid, synth.pid).known_result("# new\n", device="other GPU")["speedup_eager"] == 1.7
-    assert t2.known_result("# never\n", device="NVIDIA H200") is None
+    assert find()["id"] == full
+    assert find(source="# other\n") is None
+    assert find(device="NVIDIA H100") is None
+    assert find(versions={**versions, "driver": "580"}) is None
+    assert find(job=reuse_settings(trials=2, small=False, mode="train")) is None
+    assert find(config={"B": 64}) is None  # the retime row of that config is never reused
+    reused = reused_result(find())
+    assert reused["details"] == {"settings": job, "gpu_s": 0.0, "reused_from": full}
+    assert reused["speedup_eager"] == 1.7 and "id" not in reused and "candidate_id" not in reused
+    # a copy points at the original, and the original is preferred to it
+    copy = store.add_evaluation(second.add("r", status=None), reused)
+    assert find()["id"] == full and reused_result(store.get_evaluation(copy))["details"]["reused_from"] == full
+    # an interpreted timing: reusable by a CPU campaign, never by a GPU one
+    third = Synth(store, name="third")
+    interp = store.add_evaluation(third.add("i", status=None),
+                                  result(2.0, interpreted=True, versions=versions, details={"settings": job}))
+    assert find(source="# i\n") is None and find(source="# i\n", gpu=False)["id"] == interp
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
