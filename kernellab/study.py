@@ -188,7 +188,9 @@ def run_study(suite: str, store: Any, *, name: str | None = None, policies: Sequ
     """Run every cell of the matrix that is not finished yet (see the module's docstring); returns
     :func:`study_status` plus ``ran``: per cell, how many problems were skipped, resumed or started."""
     say = log or (lambda msg: None)
-    config_kw = dict(config_kw or {})
+    # cells are compared with each other: a cell that took its evaluations from a cell run before it
+    # (cross-campaign reuse) would reach its best in fewer seconds for no merit of its own strategy
+    config_kw = {**(config_kw or {}), "reuse": False}
     for k in ("policy", "llm", "seed", "replay"):
         if config_kw.pop(k, None) not in (None, "greedy", "builtin", 0):
             raise StudyError(f"{k!r} is set per cell by the study (--policy, --agents, --seeds), not shared")
