@@ -168,7 +168,8 @@ def test_claude_campaign_through_the_graph(tmp_path, executor):
     assert bodies[2]["tool_choice"]["name"] == "submit_fix"
 
     kinds = [e["kind"] for e in store.events(cid)]
-    assert {"select", "plan", "code", "debug", "tune", "profile", "analyze", "stop"} <= set(kinds), kinds
+    # no "tune": on the CPU tuning resolves to 0 trials and the campaign has no tune step
+    assert {"select", "plan", "code", "debug", "profile", "analyze", "stop"} <= set(kinds), kinds
     (dbg,) = store.events(cid, "debug")
     assert dbg["payload"]["candidate_id"] == first["id"] and dbg["payload"]["fixed_candidate_id"] == fixed["id"]
     assert dbg["payload"]["status"] == "compile_error" and "fma_rn" in dbg["payload"]["diagnosis"]

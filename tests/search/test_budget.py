@@ -124,10 +124,12 @@ def test_stop_reason_honours_rounds(synth) -> None:
 def test_one_budget_for_the_campaign_and_the_graph(synth) -> None:
     cfg = {"budget": 10, "time_budget_s": 60.0, "gpu_budget_s": None, "usd_budget": 5.0}
     budget = Budget.of_campaign(cfg)
-    # dollars are the LLM backend's to refuse before a call (BudgetExceeded, resumable): checked once
-    assert budget == Budget(candidates=10, wall_s=60.0)
+    # dollars end the campaign's problems between rounds once spent (the LLM backend also refuses a
+    # single call that would overspend: BudgetExceeded, resumable)
+    assert budget == Budget(candidates=10, wall_s=60.0, llm_usd=5.0)
     used = Usage.from_store(synth.store, synth.cid, problem_id=synth.pid)
     assert used.candidates == 8 and budget.candidates_left(used) == 2 == budget.candidates_left(8)
     assert budget.candidates_left(12) == 0
     assert Budget(wall_s=1.0).candidates_left(10**6) > 10**6  # no candidate limit
-    assert budget.check(Usage(candidates=8, llm_usd=100.0)) is None
+    assert budget.check(Usage(candidates=8, llm_usd=1.0)) is None
+    assert budget.check(Usage(candidates=8, llm_usd=5.0)) is not None
