@@ -32,7 +32,6 @@ from __future__ import annotations
 import base64
 import concurrent.futures as cf
 import json
-import math
 import os
 import threading
 import time
@@ -44,7 +43,7 @@ from distributed import WorkerPlugin
 
 from kernellab.problem import Problem
 
-from ._executor import EvalJob, Executor, Limits, LocalExecutor, SandboxError, _visible_gpus
+from ._executor import EvalJob, Executor, Limits, LocalExecutor, SandboxError, _visible_gpus, check_job
 from ._result import infra_result
 
 __all__ = ["DaskExecutor", "KernellabPlugin", "start_worker", "GPU_SLOT", "CPU_SLOT"]
@@ -313,17 +312,7 @@ class DaskExecutor(Executor):
 
     # -- jobs ------------------------------------------------------------------------------------------------
     def submit(self, job: EvalJob) -> cf.Future:
-        if self._closed:
-            raise SandboxError("this executor has been shut down")
-        if not isinstance(job.problem, Problem):
-            raise SandboxError(f"job.problem must be a kernellab.Problem, not {type(job.problem).__name__}")
-        if not isinstance(job.source, str):
-            raise SandboxError("job.source must be the candidate's Python source text")
-        for name in ("timing_target_ms", "stop_above_ms"):
-            v = getattr(job, name)
-            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                      and math.isfinite(v) and v > 0):
-                raise SandboxError(f"{name} must be a positive number of milliseconds or None, got {v!r}")
+        check_job(job, self._closed)
         kind = self.require(job.device)
         small = job.small if job.small is not None else (kind == "cpu")
         job = replace(job, device=kind, small=bool(small), limits=job.limits or self.limits)

@@ -109,6 +109,21 @@ class EvalJob:
     retime: bool = False
 
 
+def check_job(job: EvalJob, closed: bool) -> None:
+    """What every executor checks of a job when it is submitted (one-line ``SandboxError``s)."""
+    if closed:
+        raise SandboxError("this executor has been shut down")
+    if not isinstance(job.problem, Problem):
+        raise SandboxError(f"job.problem must be a kernellab.Problem, not {type(job.problem).__name__}")
+    if not isinstance(job.source, str):
+        raise SandboxError("job.source must be the candidate's Python source text")
+    for name in ("timing_target_ms", "stop_above_ms"):
+        v = getattr(job, name)
+        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                  and math.isfinite(v) and v > 0):
+            raise SandboxError(f"{name} must be a positive number of milliseconds or None, got {v!r}")
+
+
 class Executor(abc.ABC):
     """Runs evaluation jobs somewhere else than the calling process."""
 
@@ -358,12 +373,7 @@ class LocalExecutor(Executor):
 
     # -- public --------------------------------------------------------------------------------
     def submit(self, job: EvalJob) -> cf.Future:
-        if self._closed:
-            raise SandboxError("this executor has been shut down")
-        if not isinstance(job.problem, Problem):
-            raise SandboxError(f"job.problem must be a kernellab.Problem, not {type(job.problem).__name__}")
-        if not isinstance(job.source, str):
-            raise SandboxError("job.source must be the candidate's Python source text")
+        check_job(job, self._closed)
         kind = job.device or ("cuda" if self._gpus else "cpu")
         if kind.startswith("cuda"):
             kind = "cuda"
@@ -371,11 +381,6 @@ class LocalExecutor(Executor):
             raise SandboxError(f"device must be 'cpu' or 'cuda', not {job.device!r}")
         if kind == "cuda" and not self._gpus:
             raise SandboxError("device 'cuda' was asked for but no CUDA device is visible")
-        for name in ("timing_target_ms", "stop_above_ms"):
-            v = getattr(job, name)
-            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                      and math.isfinite(v) and v > 0):
-                raise SandboxError(f"{name} must be a positive number of milliseconds or None, got {v!r}")
         small = job.small if job.small is not None else (kind == "cpu")
         job = replace(job, device=kind, small=bool(small), limits=job.limits or self.limits)
         fut: cf.Future = cf.Future()
