@@ -394,6 +394,11 @@ def _merge(a: Any, b: Any, node: Node, ctx: dict, top: bool = True) -> Any:
             return a
         want_int = isinstance(a, int) and isinstance(b, int)
         found = _find_size(a, b, node, ctx["seen"], ctx["shapes_small"]) if want_int else None
+        if isinstance(found, Sym) and node.op in _SCALAR_OK and found.dims:
+            # an operand of arithmetic (kl_div's batchmean divides by the batch size), not a shape:
+            # kernels take run-time numbers as Dyn scalars
+            expr = " * ".join(f"{found.name}.shape[{d}]" for d in found.dims)
+            found = Dyn(f"({expr})" if len(found.dims) > 1 else expr, a, (found.name,))
         found = found or _solve(a, b, ctx["atoms"], want_int)
         if found is None:
             if not top:
