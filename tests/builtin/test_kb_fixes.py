@@ -117,7 +117,11 @@ def test_attention_scale_follows_the_head_size():
     assert not any("SMALL capture failed" in n for n in g.notes), g.notes
     scales = [a for n in g.nodes for a in n.args if isinstance(a, Dyn) and "-0.25" in a.expr]
     assert scales and abs(float(scales[0]) - 64 ** -0.25) < 1e-12
-    _judge(p)
+    # both attention GEMMs ([B, H, S, E] @ [B, H, E, T]) are bmm kernels of ours, not cuBLAS calls
+    assert "matmul.default" not in g.uncaptured
+    assert [n.shape for n in g.nodes if n.kind == "gemm"] == [(4, 16, 16), (4, 16, 64)]
+    res = _judge(p)
+    assert res["library_only"] is False
 
 
 CONST = '''import torch
