@@ -95,7 +95,8 @@ def _int_expr(node: ast.expr) -> int | None:
 
 def size_constants(source: str) -> dict[str, int | tuple[int, ...]]:
     """Top-level ``name = <int>`` (also ``a = b = <int>``, an int written as literal arithmetic,
-    ``N = 2048 * 2``, and a tuple or list of them, ``input_shape = (32768,)``) of a problem's source:
+    ``N = 2048 * 2``, and a tuple or list of them with an item above 8, ``input_shape = (32768,)``) of a
+    problem's source:
     the candidates for shrinking (the settings ATOL, RTOL, DTYPE, MODE are not sizes)."""
     out: dict[str, int | tuple[int, ...]] = {}
 
@@ -103,7 +104,9 @@ def size_constants(source: str) -> dict[str, int | tuple[int, ...]]:
         if isinstance(node, (ast.Tuple, ast.List)):
             items = [_int_expr(e) for e in node.elts]
             ok = bool(items) and all(v is not None and v > 0 for v in items)
-            return tuple(items) if ok else None  # type: ignore[arg-type]
+            # a tuple of small items is a window parameter (kernel, stride, padding), not a size: as
+            # constants its items would only add divisibility constraints that keep sizes large
+            return tuple(items) if ok and max(items) > _SHRINK_CAPS[0] else None  # type: ignore[arg-type]
         v = _int_expr(node)
         return v if v is not None and v > 0 else None
 

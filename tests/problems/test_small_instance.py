@@ -73,6 +73,7 @@ M = 1024 * 2
 N = 2 ** 11
 batch_size = 32768
 input_shape = (32768,)
+kernel_size = (3, 5)
 dim = 1
 
 
@@ -92,7 +93,8 @@ def get_init_inputs():
 
 def test_sizes_written_as_arithmetic_or_tuples_are_shrunk() -> None:
     # KernelBench writes M = 1024 * 2 (11 matmul problems) and input_shape = (32768,) (losses): before,
-    # only literal ints counted and these problems had no small instance
+    # only literal ints counted and these problems had no small instance; an all-small tuple is a window
+    # parameter (kernel_size) and stays out, as its items would constrain the sizes' divisors
     assert size_constants(ARITH_TUPLE) == {"M": 2048, "N": 2048, "batch_size": 32768, "input_shape": (32768,),
                                            "dim": 1}
     assert size_constants("a = 2 * x\nb = (4, n)\nc = 3.0 * 2\nd = -4 + 2\ne = 10 ** 100\n") == {}
