@@ -341,8 +341,9 @@ def _close(x: float, y: float) -> bool:
 
 def _solve(full: float, small: float, atoms: list[tuple[str, float, float, tuple]], want_int: bool) -> Dyn | None:
     """A small expression over sizes and model attributes worth ``full`` and ``small`` at the two
-    sizes: an atom, a product or quotient of two, then optionally **-0.5, **0.5, **-0.25, **0.25 or
-    1/x (scaled_dot_product_attention's decomposition scales q and k each by E ** -0.25)."""
+    sizes: an atom, a product or quotient of two, then optionally -1 or +1 (integers), **-0.5, **0.5,
+    **-0.25, **0.25 or 1/x (scaled_dot_product_attention's decomposition scales q and k each by
+    E ** -0.25)."""
     cands = list(atoms)
     for t1, x1, y1, r1 in atoms:
         for t2, x2, y2, r2 in atoms:
@@ -355,7 +356,9 @@ def _solve(full: float, small: float, atoms: list[tuple[str, float, float, tuple
                 else:
                     cands.append((f"({t1} / {t2})", x1 / x2, y1 / y2, r1 + r2))
     fns: list[tuple[str, Any]] = [("{}", lambda v: v)]
-    if not want_int:
+    if want_int:  # an exclusive scan's narrow(length=x.size(d) - 1)
+        fns += [("({} - 1)", lambda v: v - 1), ("({} + 1)", lambda v: v + 1)]
+    else:
         fns += [("{} ** -0.5", lambda v: v ** -0.5 if v > 0 else math.nan),
                 ("{} ** 0.5", lambda v: v ** 0.5 if v >= 0 else math.nan),
                 ("{} ** -0.25", lambda v: v ** -0.25 if v > 0 else math.nan),
