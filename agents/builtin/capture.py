@@ -29,7 +29,7 @@ from kernellab.problem import Problem, apply_mode, cast_inputs, torch_dtype
 from kernellab.small import small_or_empty
 
 from .ir import FLOAT_DTYPES, Dyn, Graph, Node, Ref, Sym
-from .lower import _BINARY, LOWERINGS, VIEW_OPS, lower_node
+from .lower import LOWERINGS, VIEW_OPS, lower_node
 
 __all__ = ["capture", "CaptureError"]
 
@@ -157,9 +157,15 @@ def _export(model: torch.nn.Module, inputs: list, names: list[str]):
 
 # ops a constant passes through unchanged (torch.tensor(c) exports as a copy of a lifted constant)
 _CONST_COPIES = ("clone.default", "lift_fresh_copy.default", "detach.default", "alias.default", "_to_copy.default")
-# ops whose lowering takes a Python number where the tensor was (lower.py's binary, add/sub, where, clamp)
-_SCALAR_OK = frozenset(_BINARY) | {
-    "add.Tensor", "sub.Tensor", "rsub.Tensor", "where.self", "clamp.Tensor", "clamp_min.Tensor", "clamp_max.Tensor"}
+
+
+def _scalar_ok(op: str) -> bool:
+    """Whether lower.py's lowering of ``op`` takes a Python number where a tensor operand was
+    (binary ops, add/sub, where, clamp)."""
+    from .lower import _BINARY
+
+    return op in _BINARY or op in ("add.Tensor", "sub.Tensor", "rsub.Tensor", "where.self", "clamp.Tensor",
+                                   "clamp_min.Tensor", "clamp_max.Tensor")
 
 
 def _inline_scalar_constants(fx: torch.fx.Graph, consts: dict[str, str], values: dict) -> None:
@@ -180,7 +186,7 @@ def _inline_scalar_constants(fx: torch.fx.Graph, consts: dict[str, str], values:
                 if name in _CONST_COPIES:
                     copies.append(u)
                     todo.append(u)
-                elif name in _SCALAR_OK and isinstance(val, torch.Tensor) and val.is_floating_point():
+                elif _scalar_ok(name) and isinstance(val, torch.Tensor) and val.is_floating_point():
                     users.append(u)
                 else:
                     raise CaptureError(f"the tensor constant {ph.name} built in forward is read by {name or u.op}")
@@ -397,7 +403,7 @@ def _merge(a: Any, b: Any, node: Node, ctx: dict, top: bool = True) -> Any:
             return a
         want_int = isinstance(a, int) and isinstance(b, int)
         found = _find_size(a, b, node, ctx["seen"], ctx["shapes_small"]) if want_int else None
-        if isinstance(found, Sym) and node.op in _SCALAR_OK and found.dims:
+        if isinstance(found, Sym) and _scalar_ok(node.op) and found.dims:
             # an operand of arithmetic (kl_div's batchmean divides by the batch size), not a shape:
             # kernels take run-time numbers as Dyn scalars
             expr = " * ".join(f"{found.name}.shape[{d}]" for d in found.dims)
