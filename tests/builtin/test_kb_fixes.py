@@ -235,3 +235,13 @@ def test_size_minus_one_is_a_runtime_size():
     ends = [a for n in g.nodes if n.op == "slice.Tensor" for a in n.args if isinstance(a, Dyn)]
     assert [d.expr for d in ends] == ["(x.shape[1] - 1)"] and int(ends[0]) == 63
     _judge(p)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["TRIL", "POOL", "SDPA", "CONST", "KLDIV", "EXCLUSIVE"])
+def test_fixed_seeds_on_gpu_at_full_size(name):
+    # the full size is what the captured graph holds: the GPU path runs it as captured
+    p = Problem(name.lower(), globals()[name])
+    res = sandbox.evaluate(p, build(p).source, small=False, device="cuda", trials=3, timing=False)
+    assert res["status"] == "correct", f"{res['status']}: {res['error_text']}"
+    assert res["library_only"] is False
