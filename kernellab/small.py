@@ -74,14 +74,41 @@ def _declared_small(problem: Problem) -> dict[str, Any] | None:
     return None
 
 
-def size_constants(source: str) -> dict[str, int]:
-    """Top-level ``name = <int>`` (also ``a = b = <int>``) of a problem's source: the candidates for
-    shrinking (the settings ATOL, RTOL, DTYPE, MODE are not sizes)."""
-    out: dict[str, int] = {}
+_INT_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+            ast.FloorDiv: lambda a, b: a // b if b else None,
+            ast.Pow: lambda a, b: a ** b if 0 <= b <= 64 and abs(a) <= 1 << 16 else None}
 
-    def size(node: ast.expr) -> int | None:
-        ok = isinstance(node, ast.Constant) and type(node.value) is int and node.value > 0
-        return node.value if ok else None  # type: ignore[union-attr]
+
+def _int_expr(node: ast.expr) -> int | None:
+    """The value of integer literal arithmetic (``2048 * 2``, ``2 ** 10``, ``-3``), read from the syntax
+    tree without executing anything; None for anything else (a name, a float, a call)."""
+    if isinstance(node, ast.Constant):
+        return node.value if type(node.value) is int else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = _int_expr(node.operand)
+        return None if v is None else (-v if isinstance(node.op, ast.USub) else v)
+    if isinstance(node, ast.BinOp) and type(node.op) in _INT_OPS:
+        a, b = _int_expr(node.left), _int_expr(node.right)
+        return None if a is None or b is None else _INT_OPS[type(node.op)](a, b)
+    return None
+
+
+def size_constants(source: str) -> dict[str, int | tuple[int, ...]]:
+    """Top-level ``name = <int>`` (also ``a = b = <int>``, an int written as literal arithmetic,
+    ``N = 2048 * 2``, and a tuple or list of them with an item above 8, ``input_shape = (32768,)``) of a
+    problem's source:
+    the candidates for shrinking (the settings ATOL, RTOL, DTYPE, MODE are not sizes)."""
+    out: dict[str, int | tuple[int, ...]] = {}
+
+    def size(node: ast.expr) -> int | tuple[int, ...] | None:
+        if isinstance(node, (ast.Tuple, ast.List)):
+            items = [_int_expr(e) for e in node.elts]
+            ok = bool(items) and all(v is not None and v > 0 for v in items)
+            # a tuple of small items is a window parameter (kernel, stride, padding), not a size: as
+            # constants its items would only add divisibility constraints that keep sizes large
+            return tuple(items) if ok and max(items) > _SHRINK_CAPS[0] else None  # type: ignore[arg-type]
+        v = _int_expr(node)
+        return v if v is not None and v > 0 else None
 
     for stmt in ast.parse(source).body:
         if not isinstance(stmt, ast.Assign):
@@ -137,7 +164,7 @@ def _numel(objs: Any) -> int:
     return sum(x.numel() for x in objs if isinstance(x, torch.Tensor))
 
 
-def _try_small(problem: Problem, overrides: dict[str, int]) -> None:
+def _try_small(problem: Problem, overrides: dict[str, Any]) -> None:
     """Build the instance with ``overrides`` and run the reference once; raises ProblemError."""
     label = problem.label
     mod = execute(problem, overrides)
@@ -163,16 +190,28 @@ def _try_small(problem: Problem, overrides: dict[str, int]) -> None:
         raise ProblemError(f"{label}: Model.forward returned no tensor")
 
 
-def derive_small(problem: Problem) -> dict[str, int]:
+def derive_small(problem: Problem) -> dict[str, Any]:
     """The small instance of a file without ``SMALL``: its top-level integer constants shrunk by
     :func:`shrink`, the first cap of ``_SHRINK_CAPS`` whose instance builds, runs and fits in
     ``SMALL_ELEMENT_LIMIT``. Deterministic (no timing), so every process derives the same one.
     Raises ProblemError (one line) when no cap gives a usable instance."""
     constants = size_constants(problem.source)
-    tried: list[dict[str, int]] = []
+    # the items of a tuple constant shrink as sizes of their own, keeping the relations to the others
+    flat: dict[str, int] = {}
+    for name, v in constants.items():
+        flat.update({f"{name}[{i}]": x for i, x in enumerate(v)} if isinstance(v, tuple) else {name: v})
+    tried: list[dict[str, Any]] = []
     reasons: list[str] = []
     for cap in _SHRINK_CAPS:
-        over = shrink(constants, cap)
+        small = shrink(flat, cap)
+        over: dict[str, Any] = {}
+        for name, v in constants.items():
+            if isinstance(v, tuple):
+                items = tuple(small.get(f"{name}[{i}]", x) for i, x in enumerate(v))
+                if items != v:
+                    over[name] = items
+            elif name in small:
+                over[name] = small[name]
         if over in tried:
             continue
         tried.append(over)

@@ -129,8 +129,9 @@ def _export(model: torch.nn.Module, inputs: list, names: list[str]):
     ep = torch.export.export(model, tuple(inputs), strict=False)
     ep = ep.run_decompositions(_keep_table())
     sig = ep.graph_signature
-    if getattr(sig, "inputs_to_lifted_tensor_constants", None):
-        raise CaptureError("tensor constants created in forward are not supported")
+    consts = getattr(sig, "inputs_to_lifted_tensor_constants", None) or {}
+    if consts:
+        _inline_scalar_constants(ep.graph_module.graph, consts, ep.constants)
     placeholder_names: dict[str, tuple[str, str]] = {}
     for ph, fqn in sig.inputs_to_parameters.items():
         placeholder_names[ph] = ("param", fqn)
@@ -152,6 +153,50 @@ def _export(model: torch.nn.Module, inputs: list, names: list[str]):
         elif spec.kind != OutputKind.USER_OUTPUT:
             raise CaptureError(f"forward mutates {spec.kind.name.lower()} {spec.target or ''}".strip())
     return ep.graph_module.graph, placeholder_names, single, mutated
+
+
+# ops a constant passes through unchanged (torch.tensor(c) exports as a copy of a lifted constant)
+_CONST_COPIES = ("clone.default", "lift_fresh_copy.default", "detach.default", "alias.default", "_to_copy.default")
+
+
+def _scalar_ok(op: str) -> bool:
+    """Whether lower.py's lowering of ``op`` takes a Python number where a tensor operand was
+    (binary ops, add/sub, where, clamp)."""
+    from .lower import _BINARY
+
+    return op in _BINARY or op in ("add.Tensor", "sub.Tensor", "rsub.Tensor", "where.self", "clamp.Tensor",
+                                   "clamp_min.Tensor", "clamp_max.Tensor")
+
+
+def _inline_scalar_constants(fx: torch.fx.Graph, consts: dict[str, str], values: dict) -> None:
+    """Replace each 0-d tensor constant built in forward (``torch.min(x, torch.tensor(0.5))``) by its
+    value, as the Python number the lowerings take (a 0-d operand broadcasts like one). Raises
+    CaptureError for a larger constant or one read by an op that needs a tensor."""
+    for ph in [n for n in fx.nodes if n.op == "placeholder" and n.name in consts]:
+        t = values.get(consts[ph.name])
+        if not isinstance(t, torch.Tensor) or t.dim() != 0 or t.dtype == torch.bool or t.is_complex():
+            raise CaptureError("tensor constants created in forward are supported as 0-d numbers only")
+        value = t.item()
+        copies, users, todo = [], [], [ph]
+        while todo:
+            for u in todo.pop().users:
+                name = f"{u.target._schema.name.split('::')[1]}.{u.target._overloadname}" \
+                    if isinstance(u.target, torch._ops.OpOverload) else ""
+                val = _val(u)
+                if name in _CONST_COPIES:
+                    copies.append(u)
+                    todo.append(u)
+                elif _scalar_ok(name) and isinstance(val, torch.Tensor) and val.is_floating_point():
+                    users.append(u)
+                else:
+                    raise CaptureError(f"the tensor constant {ph.name} built in forward is read by {name or u.op}")
+        sources = {ph, *copies}
+        for u in users:
+            u.args = tuple(value if a in sources else a for a in u.args)
+            u.kwargs = {k: value if a in sources else a for k, a in u.kwargs.items()}
+        for n in reversed(copies):
+            fx.erase_node(n)
+        fx.erase_node(ph)
 
 
 def _make_fx(model: torch.nn.Module, inputs: list, names: list[str]):
@@ -274,16 +319,25 @@ _UNRESOLVED = object()
 
 
 def _numbers(model: torch.nn.Module) -> dict[str, float]:
-    """Plain int/float attributes of the model's modules (``scale``, ``gn.num_groups``...): the
-    values a forward bakes into the graph that SMALL may change."""
+    """Plain int/float attributes of the model's modules (``scale``, ``gn.num_groups``...), and the
+    items of int/float tuples and lists (``avg_pool.kernel_size[0]``: nn.AvgPool1d keeps ``(16,)``):
+    the values a forward bakes into the graph that SMALL may change."""
     out: dict[str, float] = {}
+
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
     for path, mod in model.named_modules():
         for k, v in vars(mod).items():
-            if k.startswith("_") or isinstance(v, bool) or not isinstance(v, (int, float)):
+            if k.startswith("_"):
                 continue
             if not all(p.isidentifier() for p in (path.split(".") if path else [])) or not k.isidentifier():
                 continue
-            out[f"{path}.{k}" if path else k] = v
+            key = f"{path}.{k}" if path else k
+            if number(v):
+                out[key] = v
+            elif isinstance(v, (tuple, list)) and 0 < len(v) <= 8 and all(number(x) for x in v):
+                out.update({f"{key}[{i}]": x for i, x in enumerate(v)})
     return out
 
 
@@ -293,7 +347,9 @@ def _close(x: float, y: float) -> bool:
 
 def _solve(full: float, small: float, atoms: list[tuple[str, float, float, tuple]], want_int: bool) -> Dyn | None:
     """A small expression over sizes and model attributes worth ``full`` and ``small`` at the two
-    sizes: an atom, a product or quotient of two, then optionally **-0.5, **0.5 or 1/x."""
+    sizes: an atom, a product or quotient of two, then optionally -1 or +1 (integers), **-0.5, **0.5,
+    **-0.25, **0.25 or 1/x (scaled_dot_product_attention's decomposition scales q and k each by
+    E ** -0.25)."""
     cands = list(atoms)
     for t1, x1, y1, r1 in atoms:
         for t2, x2, y2, r2 in atoms:
@@ -306,9 +362,13 @@ def _solve(full: float, small: float, atoms: list[tuple[str, float, float, tuple
                 else:
                     cands.append((f"({t1} / {t2})", x1 / x2, y1 / y2, r1 + r2))
     fns: list[tuple[str, Any]] = [("{}", lambda v: v)]
-    if not want_int:
+    if want_int:  # an exclusive scan's narrow(length=x.size(d) - 1)
+        fns += [("({} - 1)", lambda v: v - 1), ("({} + 1)", lambda v: v + 1)]
+    else:
         fns += [("{} ** -0.5", lambda v: v ** -0.5 if v > 0 else math.nan),
                 ("{} ** 0.5", lambda v: v ** 0.5 if v >= 0 else math.nan),
+                ("{} ** -0.25", lambda v: v ** -0.25 if v > 0 else math.nan),
+                ("{} ** 0.25", lambda v: v ** 0.25 if v >= 0 else math.nan),
                 ("1.0 / {}", lambda v: 1.0 / v if v else math.nan)]
     for fmt, f in fns:
         for t, x, y, r in cands:
@@ -343,6 +403,11 @@ def _merge(a: Any, b: Any, node: Node, ctx: dict, top: bool = True) -> Any:
             return a
         want_int = isinstance(a, int) and isinstance(b, int)
         found = _find_size(a, b, node, ctx["seen"], ctx["shapes_small"]) if want_int else None
+        if isinstance(found, Sym) and _scalar_ok(node.op) and found.dims:
+            # an operand of arithmetic (kl_div's batchmean divides by the batch size), not a shape:
+            # kernels take run-time numbers as Dyn scalars
+            expr = " * ".join(f"{found.name}.shape[{d}]" for d in found.dims)
+            found = Dyn(f"({expr})" if len(found.dims) > 1 else expr, a, (found.name,))
         found = found or _solve(a, b, ctx["atoms"], want_int)
         if found is None:
             if not top:

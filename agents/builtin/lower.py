@@ -462,6 +462,19 @@ def _lower_aten(c: _Ctx) -> bool:
         if len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0]:
             _gemm(c, "bmm", b["self"], b["other"], n.shape)
             return True
+        if len(sa) == 4 and len(sb) == 4 and sa[:2] == sb[:2] and _is_float(n.dtype):
+            # attention's [B, H, S, E] @ [B, H, E, T]: one bmm over the B*H matrices (reshape, not
+            # view: k arrives transposed; merging B and H needs no copy for such strides)
+            a, bm = b["self"], b["other"]
+            lo = (sa[0] * sa[1],)
+            a3 = c.emit("view", "reshape.default", (a, [-1, Sym(a.name, (2,)), Sym(a.name, (3,))]),
+                        lo + sa[2:], c.dtype(a))
+            b3 = c.emit("view", "reshape.default", (bm, [-1, Sym(bm.name, (2,)), Sym(bm.name, (3,))]),
+                        lo + sb[2:], c.dtype(bm))
+            y = c.emit("gemm", "bmm", (a3, b3), lo + (sa[2], sb[3]), n.dtype)
+            dims = [Sym(a.name, (0,)), Sym(a.name, (1,)), Sym(a.name, (2,)), Sym(bm.name, (3,))]
+            c.emit("view", "view.default", (y, dims), n.shape, n.dtype, final=True)
+            return True
     return False
 
 

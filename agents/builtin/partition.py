@@ -204,6 +204,8 @@ class _Partitioner:
     def operand_kind(self, grp: Group, name: str, vector: bool) -> str | None:
         """How an outside value broadcasts over the GEMM output [..., M, N] (None: it does not)."""
         node = self.g.node(name)
+        if node.dtype is not None and node.dtype not in FLOAT_DTYPES + ("float64",):
+            return None  # the GEMM launcher loads floating operands only (a bool mask stays a kernel's input)
         shape = node.shape
         out = grp.domain if not vector else grp.domain[:-1]
         if shape is None or len(shape) > len(out):

@@ -65,3 +65,43 @@ def test_cli_refusal_is_one_line_exit_2(tmp_path: Path) -> None:
     assert len(lines) == 1 and "no small instance usable on the CPU" in lines[0], r.stderr
     assert time.monotonic() - t0 < 60
     assert not list(tmp_path.iterdir())
+
+
+ARITH_TUPLE = '''import torch
+
+M = 1024 * 2
+N = 2 ** 11
+batch_size = 32768
+input_shape = (32768,)
+kernel_size = (3, 5)
+dim = 1
+
+
+class Model(torch.nn.Module):
+    def forward(self, a, b, x):
+        return torch.matmul(a, b).sum() + x.sum()
+
+
+def get_inputs():
+    return [torch.rand(M, N), torch.rand(N, M), torch.rand(batch_size, *input_shape)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_sizes_written_as_arithmetic_or_tuples_are_shrunk() -> None:
+    # KernelBench writes M = 1024 * 2 (11 matmul problems) and input_shape = (32768,) (losses): before,
+    # only literal ints counted and these problems had no small instance; an all-small tuple is a window
+    # parameter (kernel_size) and stays out, as its items would constrain the sizes' divisors
+    assert size_constants(ARITH_TUPLE) == {"M": 2048, "N": 2048, "batch_size": 32768, "input_shape": (32768,),
+                                           "dim": 1}
+    assert size_constants("a = 2 * x\nb = (4, n)\nc = 3.0 * 2\nd = -4 + 2\ne = 10 ** 100\n") == {}
+    from kernellab.problem import Problem
+
+    p = Problem("arith_tuple", ARITH_TUPLE)
+    over = small_overrides(p)
+    assert over == {"M": 8, "N": 8, "batch_size": 8, "input_shape": (8,)}
+    a, b, x = p.module(small=True).get_inputs()
+    assert a.shape == (8, 8) and b.shape == (8, 8) and x.shape == (8, 8)
