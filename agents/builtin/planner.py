@@ -163,7 +163,8 @@ def group_shares(problem: Problem, b: Built, reference: dict | None = None) -> d
     for grp in b.groups:
         ns = {_op_key(b.graph.node(n).origin.split(":")[0] or b.graph.node(n).op) for n in grp.nodes}
         if grp.kind == "gemm":
-            ns |= {"mm", "addmm", "linear", "matmul", "bmm"}
+            # the profiler's names for the group's GEMM: a Linear runs as addmm/mm, a matmul as bmm/mm
+            ns |= {"mm", "addmm", "linear"} if ns & {"linear", "addmm"} else {"mm", "matmul", "bmm"}
         names[grp.id] = ns
     meas = {g: 0.0 for g in names}
     for o in ops:
