@@ -20,21 +20,6 @@ from kernellab.sandbox import evaluate
 
 from kernellab.problem import Problem, instantiate, load_problem
 
-
-def load_source(source: str, tmp: Path) -> object:
-    """Import a candidate file (as the sandbox does: from a real file, Triton reads kernel source there)."""
-    import importlib.util
-    import sys
-
-    name = f"kl_inductor_cand_{len(list(tmp.iterdir()))}"
-    path = tmp / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
 ROOT = Path(__file__).resolve().parents[2]
 LINEAR_RELU = ROOT / "tests" / "export" / "linear_relu.py"
 CONV_BIAS = ROOT / "tests" / "problems" / "kb_conv_bias_relu.py"
@@ -79,14 +64,14 @@ def test_conv_bias_and_bundled_gemm_gelu_seeds_are_correct_in_the_sandbox(path: 
 
 
 @cpu_only
-def test_training_batchnorm_seed_updates_the_running_statistics(tmp_path: Path) -> None:
+def test_training_batchnorm_seed_updates_the_running_statistics(load) -> None:
     problem = load_problem(CONV_BN_TRAIN)
     code = _seed(CONV_BN_TRAIN)
     assert "buffer:bn.running_mean" in code.meta["inductor"]["args"]
     r = evaluate(problem, code.source, trials=2, timing=False)
     assert r["status"] == "correct", (r["error_class"], r["error_text"])
     # the candidate writes the batch statistics into the module's own buffers, as the reference does
-    mod = load_source(code.source, tmp_path)
+    mod = load(code.source)
     ref = instantiate(problem, small=True, seed=0, device="cpu")
     new = instantiate(problem, small=True, seed=0, device="cpu", model_cls=mod.ModelNew)
     with torch.no_grad():
@@ -100,12 +85,12 @@ def test_training_batchnorm_seed_updates_the_running_statistics(tmp_path: Path) 
 
 
 @cpu_only
-def test_inductor_launches_are_recorded_by_the_launch_counter(tmp_path: Path) -> None:
+def test_inductor_launches_are_recorded_by_the_launch_counter(load) -> None:
     # on a GPU Inductor launches through CachingAutotuner.run, never JITFunction.run: the worker hooks it
     from kernellab.sandbox._guard import LaunchCounter
 
     code = _seed(LINEAR_RELU)
-    mod = load_source(code.source, tmp_path)
+    mod = load(code.source)
     counter = LaunchCounter(hooks=False)
     assert counter.hook_inductor()
     inst = instantiate(load_problem(LINEAR_RELU), small=True, seed=0, device="cpu", model_cls=mod.ModelNew)
