@@ -42,8 +42,12 @@ def test_live_panel_shows_the_budget_left() -> None:
 @pytest.mark.slow
 def test_ctrl_c_stops_within_seconds_and_says_so_last(tmp_path: Path) -> None:
     # 3000 correctness trials keep an evaluation in flight for far longer than the interrupt may take
+    # SIGINT as a terminal delivers it: with its default action. A process started with SIGINT ignored keeps
+    # it ignored (Python then installs no KeyboardInterrupt handler), and the pytest process may have
+    # inherited or been left such a disposition by a library an earlier test ran
     p = subprocess.Popen([sys.executable, "-m", "kernellab.cli", "run", str(PROBLEM), "--budget", "2", "--trials", "3000",
-                          "--db", "k.db"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          "--db", "k.db"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     first = p.stderr.readline()
     assert "problem kb_gemm_add_relu" in first, first  # a plain line: stderr is a pipe here
     # the interrupt lands while an evaluation is in flight (the seed is stored before it is evaluated):
