@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU tests and the GPU benchmarks in one call, on a CUDA host (e.g. the H200 behind the `device`
-# tool). Usage: scripts/gpu_check.sh [STEP...]   STEPs: env tests tests-slow eager sandbox gemm tuning builtin scaleout
+# tool). Usage: scripts/gpu_check.sh [STEP...]   STEPs: env tests (= tests-par, then tests-bigmem) tests-slow eager sandbox gemm tuning builtin scaleout
 # bench:SUITE study:SUITE optimize (default: env tests). Logs and results go to $OUT (default ./gpu-out); result files
 # are also written under experiments/results/.
 #
@@ -47,14 +47,23 @@ for step in "${steps[@]}"; do
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv
       $PY -c "import kernellab.env as e, json; print(json.dumps(e.versions())); print(e.device_name())"
       (command -v ncu && ncu --version | tail -1) || echo "ncu: not on PATH" ;;
-    tests)
+    tests|tests-par|tests-bigmem)
       # xdist workers (the suite took 7.5 min on 6 workers before the adversarial file was grouped);
       # --dist loadgroup keeps the adversarial file, whose fixture submits all its candidates at once, on one
       # each worker's sandbox gets 1/N of the card (tests/conftest.py); the bigmem tests then run alone
-      $PY -m pytest -q -m "gpu and not bigmem and not gpu_slow" -p no:cacheprovider -o addopts="" -rfEs -n "${GPU_TEST_WORKERS:-6}" \
-        --dist loadgroup --durations=15 tests 2>&1 | tee "$OUT/gpu-tests.log"; rc=$((rc | ${PIPESTATUS[0]}))
-      $PY -m pytest -q -m "gpu and bigmem" -p no:cacheprovider -o addopts="" -rfEs tests 2>&1 \
-        | tee "$OUT/gpu-tests-bigmem.log"; rc=$((rc | ${PIPESTATUS[0]})) ;;
+      # one; -v so that a run cut off by the call's limit still says which tests passed
+      if [ "$step" != tests-bigmem ]; then
+        $PY -m pytest -v -m "gpu and not bigmem and not gpu_slow" -p no:cacheprovider -o addopts="" -rfEs -n "${GPU_TEST_WORKERS:-6}" \
+          --dist loadgroup --durations=15 tests >"$OUT/gpu-tests.log" 2>&1; rc=$((rc | $?))
+        grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu-tests.log" | tail -n 40
+      fi
+      # the bigmem tests: one worker per GPU, each with its whole card (tests/conftest.py)
+      if [ "$step" != tests-par ]; then
+        bm=(); [ ${#GPUS[@]} -gt 1 ] && bm=(-n "${#GPUS[@]}")
+        $PY -m pytest -v -m "gpu and bigmem" -p no:cacheprovider -o addopts="" -rfEs --durations=8 "${bm[@]}" tests \
+          >"$OUT/gpu-tests-bigmem.log" 2>&1; rc=$((rc | $?))
+        grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu-tests-bigmem.log" | tail -n 20
+      fi ;;
     tests-slow)  # the long cases left out of `tests`: every bundled problem's seed at full size
       $PY -m pytest -q -m "gpu and gpu_slow" -p no:cacheprovider -o addopts="" -rfEs -n "${GPU_TEST_WORKERS:-6}" \
         --durations=10 tests 2>&1 | tee "$OUT/gpu-tests-slow.log"; rc=$((rc | ${PIPESTATUS[0]})) ;;
