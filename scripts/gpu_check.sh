@@ -39,6 +39,10 @@ else
 fi
 [ ${#GPUS[@]} -eq 0 ] && GPUS=(0)
 export KERNELLAB_TEST_GPUS=$(IFS=,; echo "${GPUS[*]}")
+# every test's outcome and duration as it ends, with the failures' tracebacks (tests/conftest.py)
+export KERNELLAB_TEST_REPORT=${KERNELLAB_TEST_REPORT:-$OUT/test-report.txt}
+# TESTS narrows the tests steps to some files or node ids (default: all of tests/)
+read -ra TESTS <<<"${TESTS:-tests}"
 rc=0
 for step in "${steps[@]}"; do
   echo "=== $step ($(date -u +%H:%M:%S))"
@@ -54,13 +58,13 @@ for step in "${steps[@]}"; do
       # one; -v so that a run cut off by the call's limit still says which tests passed
       if [ "$step" != tests-bigmem ]; then
         $PY -m pytest -v -m "gpu and not bigmem and not gpu_slow" -p no:cacheprovider -o addopts="" -rfEs -n "${GPU_TEST_WORKERS:-6}" \
-          --dist loadgroup --durations=15 tests >"$OUT/gpu-tests.log" 2>&1; rc=$((rc | $?))
+          --dist loadgroup --durations=15 "${TESTS[@]}" >"$OUT/gpu-tests.log" 2>&1; rc=$((rc | $?))
         grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu-tests.log" | tail -n 40
       fi
       # the bigmem tests: one worker per GPU, each with its whole card (tests/conftest.py)
       if [ "$step" != tests-par ]; then
         bm=(); [ ${#GPUS[@]} -gt 1 ] && bm=(-n "${#GPUS[@]}")
-        $PY -m pytest -v -m "gpu and bigmem" -p no:cacheprovider -o addopts="" -rfEs --durations=8 "${bm[@]}" tests \
+        $PY -m pytest -v -m "gpu and bigmem" -p no:cacheprovider -o addopts="" -rfEs --durations=8 "${bm[@]}" "${TESTS[@]}" \
           >"$OUT/gpu-tests-bigmem.log" 2>&1; rc=$((rc | $?))
         grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu-tests-bigmem.log" | tail -n 20
       fi ;;

@@ -43,3 +43,18 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+# KERNELLAB_TEST_REPORT=FILE: each test's outcome, duration and (for a failure) its traceback, written as the test
+# ends. A GPU run cut off by the device call's limit never reaches pytest's summary; this file still says what failed
+# and why, and which tests took the time. Under xdist this hook runs in the controller, one writer.
+def pytest_runtest_logreport(report):
+    path = os.environ.get("KERNELLAB_TEST_REPORT")
+    if not path or _worker or (report.when != "call" and report.passed):
+        return
+    worker = getattr(report, "node", None)
+    line = f"{report.outcome.upper():8} {report.duration:7.1f}s {report.when:8} {report.nodeid}"
+    with open(path, "a") as f:
+        f.write(line + (f" [{worker.gateway.id}]" if worker is not None else "") + "\n")
+        if report.failed:
+            f.write(report.longreprtext[-6000:] + "\n" + "-" * 80 + "\n")
