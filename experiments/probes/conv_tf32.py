@@ -21,8 +21,8 @@ from kernellab.problem import apply_mode, load_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 KB = ROOT / ".kb" if (ROOT / ".kb").is_dir() else ROOT.parent / "shared" / "kernelbench"
-DEFAULT = [KB / "KernelBench/level2/47_Conv3d_Mish_Tanh.py", KB / "KernelBench/level1/86_conv_depthwise_separable_2D.py",
-           KB / "KernelBench/level2/2_ConvTranspose2d_BiasAdd_Clamp_Scaling_Clamp_Divide.py",
+DEFAULT = [KB / "level2/47_Conv3d_Mish_Tanh.py", KB / "level1/86_conv_depthwise_separable_2D.py",
+           KB / "level2/2_ConvTranspose2d_BiasAdd_Clamp_Scaling_Clamp_Divide.py",
            ROOT / "tests/problems/kb_conv_bias_relu.py", ROOT / "tests/problems/kb_conv_bn_train.py"]
 
 
