@@ -168,7 +168,7 @@ def test_export_default_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("batch", [1, 127, 1025])
+@pytest.mark.parametrize("batch", [pytest.param(1, marks=pytest.mark.gpu_slow), 127, pytest.param(1025, marks=pytest.mark.gpu_slow)])
 def test_exported_kernel_on_the_gpu(tmp_path: Path, batch: int) -> None:
     """The exported Triton kernel compiled for a real GPU matches the reference there too."""
     db = tmp_path / "k.db"
