@@ -68,9 +68,10 @@ for step in "${steps[@]}"; do
           >"$OUT/gpu-tests-bigmem.log" 2>&1; rc=$((rc | $?))
         grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu-tests-bigmem.log" | tail -n 20
       fi ;;
-    tests-slow)  # the long cases left out of `tests`: every bundled problem's seed at full size
-      $PY -m pytest -q -m "gpu and gpu_slow" -p no:cacheprovider -o addopts="" -rfEs -n "${GPU_TEST_WORKERS:-6}" \
-        --durations=10 tests 2>&1 | tee "$OUT/gpu-tests-slow.log"; rc=$((rc | ${PIPESTATUS[0]})) ;;
+    tests-slow)  # the long cases left out of `tests`: the rest of each full-size sweep, every bundled seed at full size
+      $PY -m pytest -v -m "gpu and gpu_slow" -p no:cacheprovider -o addopts="" -rfEs -n "${GPU_TEST_WORKERS:-6}" \
+        --durations=10 "${TESTS[@]}" >"$OUT/gpu-tests-slow.log" 2>&1; rc=$((rc | $?))
+      grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu-tests-slow.log" | tail -n 40 ;;
     eager)   $PY experiments/measure_eager.py 2>&1 | tee "$OUT/eager.log" ;;
     sandbox) $PY experiments/bench_sandbox.py 2>&1 | tee "$OUT/sandbox.log" ;;
     gemm)    $PY experiments/bench_gemm_templates.py 2>&1 | tee "$OUT/gemm.log" ;;
