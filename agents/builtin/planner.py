@@ -44,7 +44,7 @@ from .actions import (
     State,
 )
 from .build import Built, built
-from .codegen import _reads_weight, allow_tf32, auto_split_k, default_precision, tf32x3_ok
+from .codegen import _reads_weight, allow_tf32, auto_split_k, conv_precision, default_precision, tf32x3_ok
 from .cost import SMS, modelled_seconds
 from .ir import Graph
 from .loopgen import ONE_PASS_MAX_R, pointwise_defaults, split_reduction_ok
@@ -116,9 +116,15 @@ def _state_key(problem: Problem, graph: Graph, state: State) -> str:
 
 
 def _precisions(problem: Problem, graph: Graph, groups: list[Group], state: State) -> dict[str, str | None]:
+    """The dot precision of each GEMM group and each fp32 conv group (a seed conv: our own conv's, though
+    on the GPU it may follow a TF32 reference with cuDNN: the model does not know the device)."""
     st = problem.settings()
-    return {g.id: (state.variant(g.id).get("fp32_precision") or default_precision(graph, g, st))
-            for g in groups if g.kind == "gemm"}
+    out = {g.id: (state.variant(g.id).get("fp32_precision") or default_precision(graph, g, st))
+           for g in groups if g.kind == "gemm"}
+    for g in groups:
+        if g.kind == "conv" and graph.node(graph.node(g.gemm).args[0].name).dtype == "float32":
+            out[g.id] = state.variant(g.id).get("fp32_precision") or conv_precision(graph, g, st)
+    return out
 
 
 def _effective_variants(graph: Graph, groups: list[Group], state: State) -> dict[str, dict]:
