@@ -448,7 +448,9 @@ def test_seed_follows_a_tf32_reference_with_cudnns_conv_and_our_epilogue(load, c
         close(new(x), want, torch.float32)  # the CPU: our own conv
         assert calls == [] and n_ref == 1
         mod._tf32_conv_reference = lambda x: True
-        close(new(x), want, torch.float32)
+        # "tf32rn" is judged against the exact CPU reference here: TF32's error, not fp32's
+        tol = {} if CONV_ON_TF32_REFERENCE == "cudnn" else {"atol": 1e-2, "rtol": 1e-2}
+        close(new(x), want, torch.float32, **tol)
     assert len(calls) == (1 if CONV_ON_TF32_REFERENCE == "cudnn" else 0), calls
     if calls:
         assert calls[0][0][0] is None  # bias-free: the bias is the epilogue's, as cuDNN's own bias add is separate
