@@ -207,17 +207,23 @@ class Persistent(Action):
         return f"{'persistent' if self.on else 'one-tile-per-program'} kernel in {self.group}"
 
 
+PRECISIONS = ("ieee", "tf32", "tf32x3", "tf32rn")
+
+
 @dataclass(frozen=True)
 class Precision(Action):
-    """fp32 GEMM dot precision: ``ieee``, ``tf32`` or ``tf32x3`` (3-pass TF32, ~fp32 accuracy)."""
+    """fp32 dot precision of a GEMM or conv group: ``ieee``, ``tf32``, ``tf32x3`` (3-pass TF32, ~fp32
+    accuracy) or, for a conv group, ``tf32rn`` (operands rounded to TF32 to nearest, as cuDNN's TF32 conv
+    rounds them). On a conv group it also pins the group to our own conv wherever it runs (the seed's
+    follows a TF32 cuDNN reference at call time: ``codegen.CONV_ON_TF32_REFERENCE``)."""
 
     kind: ClassVar[str] = "precision"
     group: str
     precision: str
 
     def __post_init__(self) -> None:
-        if self.precision not in ("ieee", "tf32", "tf32x3"):
-            raise ValueError(f"precision {self.precision!r} is not ieee, tf32 or tf32x3")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision {self.precision!r} is not {', '.join(PRECISIONS)}")
 
     def apply(self, state: State) -> State:
         return state.with_variant(self.group, "fp32_precision", self.precision)

@@ -6,8 +6,9 @@
   model — and the cost model's local speedup), drop actions already tried from that node, and
   propose the best ``k``.
 - **code**: replay the parent's action list plus the proposal's action (``build``).
-- **debug**: out of shared memory / registers -> smaller tiles; wrong results -> IEEE dot, then a
-  two-pass reduction, then unfusing the row reduction, then cuBLAS; a compile or runtime error in one
+- **debug**: out of shared memory / registers -> smaller tiles; wrong results -> IEEE dot (a conv judged
+  on the GPU, whose fp32 reference is cuDNN TF32: ``tf32rn`` dots), then a
+  two-pass reduction, then unfusing the row reduction, then cuBLAS / cuDNN; a compile or runtime error in one
   group -> split that group (a one-node group goes back to PyTorch).
 - **analyze**: bound and % of ceiling from ncu metrics when there are some, else from counted bytes
   and FLOPs over the measured time; next ideas follow from the bound.
@@ -163,7 +164,8 @@ class BuiltinAgents:
                 fix = None
         elif status == "incorrect":
             why = "mismatch: more precise arithmetic"
-            for cand in _precision_ladder(problem, b):
+            # "interpreted" is False only for an evaluation that ran on CUDA
+            for cand in _precision_ladder(problem, b, on_gpu=evaluation.get("interpreted") is False):
                 if cand.describe() not in done:
                     fix, why = cand, f"mismatch: {cand.describe()}"
                     break
@@ -289,17 +291,21 @@ def _smaller_tiles(b: Built, gid: str) -> Action | None:
     return SetConfig(gid, (("BLOCK", max(128, block // 2)),), "smaller tiles") if block > 128 else None
 
 
-def _precision_ladder(problem: Problem, b: Built) -> list[Action]:
+def _precision_ladder(problem: Problem, b: Built, on_gpu: bool = False) -> list[Action]:
+    """The mismatch fixes in order. A conv group on the CPU gets IEEE dots (the CPU reference is exact
+    fp32); on the GPU, where the fp32 reference conv is cuDNN in TF32, more accuracy moves away from it:
+    ``tf32rn`` (cuDNN's rounding of the operands) instead; cuDNN itself comes later either way."""
     out: list[Action] = []
     for g in b.groups:
         if g.kind == "gemm":
             dtype = b.graph.node(b.graph.node(g.gemm).args[0].name).dtype
             if dtype == "float32" and _precision(problem, b, g) in ("tf32", "tf32x3"):
                 out.append(Precision(g.id, "ieee"))
+    conv_fix = "tf32rn" if on_gpu else "ieee"
     for g in b.groups:
-        if g.kind == "conv" and b.state.variant(g.id).get("fp32_precision") != "ieee" \
+        if g.kind == "conv" and b.state.variant(g.id).get("fp32_precision") != conv_fix \
                 and b.graph.node(b.graph.node(g.gemm).args[0].name).dtype == "float32":
-            out.append(Precision(g.id, "ieee"))
+            out.append(Precision(g.id, conv_fix))
     for g in b.groups:
         if g.kind == "rows" and b.state.variant(g.id).get("mode") != "multi_pass":
             out.append(ReductionMode(g.id, "multi_pass"))

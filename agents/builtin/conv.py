@@ -18,8 +18,21 @@ Layout (why the kernel looks the way it does):
   outer product summed over BLOCK_K in registers, exact fp32); wider ones a dot of at least 16 columns.
 
 Numerics: fp32 accumulation always; float32 dots use ``input_precision`` ``ieee`` or ``tf32x3`` (~fp32
-accuracy on the tensor cores; codegen decides by the problem's tolerances) or ``tf32`` at loose ones.
+accuracy on the tensor cores; codegen decides by the problem's tolerances) or ``tf32`` at loose ones, or
+``tf32rn``: both operands rounded to TF32 with round-to-nearest, ties away (PTX ``cvt.rna.tf32.f32``,
+what cuDNN/CUTLASS do) before a ``tf32`` dot, whose tensor cores would otherwise truncate the low 13
+mantissa bits; every product is then exactly cuDNN's TF32 product and only the summation order differs.
+The FMA path (depthwise) stays exact fp32 at every precision.
 The epilogue runs on the fp32 accumulator, and the result is rounded once to the output dtype.
+
+The TF32 reference (``ConvSpec.tf32_reference``): on CUDA, PyTorch runs an fp32 conv through cuDNN in
+TF32 by default (``torch.backends.cudnn.conv.fp32_precision == "tf32"``), so the reference a candidate
+is judged against is TF32-rounded. With ``tf32_reference`` set, the launcher reads those flags at call
+time, as the reference's conv sees them, and on a fp32 CUDA tensor under a TF32 cuDNN conv it either
+runs ``tf32rn`` dots ("tf32rn") or calls cuDNN itself with exactly the reference's arguments and
+layout (so cuDNN picks the same algorithm) and runs this kernel with ``LIBRARY``: the K loop replaced
+by a load of cuDNN's output, the epilogue and reductions as fused as ever ("cudnn"). Anywhere else
+(the CPU, half types, TF32 off, cuDNN off) the kernel is the spec's own conv.
 """
 
 from __future__ import annotations
@@ -32,11 +45,12 @@ from typing import Any
 
 from .gemm import KernelSource
 
-__all__ = ["ConvSpec", "ConvOperand", "conv_kernel", "CONV_OPERAND_KINDS", "REDUCTIONS"]
+__all__ = ["ConvSpec", "ConvOperand", "conv_kernel", "CONV_OPERAND_KINDS", "REDUCTIONS", "TF32_REFERENCE_MODES"]
 
 CONV_OPERAND_KINDS = ("tensor", "scalar")
 _DTYPES = ("float32", "float16", "bfloat16")
-_PRECISIONS = ("ieee", "tf32", "tf32x3")
+_PRECISIONS = ("ieee", "tf32", "tf32x3", "tf32rn")
+TF32_REFERENCE_MODES = (None, "cudnn", "tf32rn")
 _RESERVED = {"acc", "mask_n", "tl", "triton", "torch", "math"}
 # "first" (channel axis only): the epilogue already made one value per pixel (a logsumexp over the
 # channels...), broadcast along the row; the store keeps column 0
@@ -81,6 +95,9 @@ class ConvSpec:
     # the epilogue reduces over the channels itself (softmax over dim 1...): every channel in one tile;
     # the epilogue sees ``mask_n`` (the real channels) to leave the padding columns out
     whole_channels: bool = False
+    # what to run when the call's reference conv is cuDNN in TF32 (see the module docstring): None (the
+    # spec's own conv always), "cudnn" (cuDNN's conv + this kernel as its fused epilogue), "tf32rn"
+    tf32_reference: str | None = None
 
 
 def _check(spec: ConvSpec) -> None:
@@ -101,6 +118,8 @@ def _check(spec: ConvSpec) -> None:
         raise ValueError(f"{where}: dtype {spec.dtype!r} not in {_DTYPES}")
     if spec.fp32_precision not in _PRECISIONS:
         raise ValueError(f"{where}: fp32_precision {spec.fp32_precision!r} not in {_PRECISIONS}")
+    if spec.tf32_reference not in TF32_REFERENCE_MODES:
+        raise ValueError(f"{where}: tf32_reference {spec.tf32_reference!r} not in {TF32_REFERENCE_MODES}")
     seen = set()
     for op in spec.operands:
         if op.kind not in CONV_OPERAND_KINDS:
@@ -164,12 +183,26 @@ def _kernel_src(spec: ConvSpec) -> str:
     params += ["NB", "ID", "IH", "IW", "COUT", "OD", "OH", "OW",
                "sxn", "sxc", "sxd", "sxh", "sxw", "sw0", "sw1", "swd", "swh", "sww", *strides]
     consts = ["CIN_G", "COUT_G", "KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW",
-              "TRANSPOSED", "SUBPIX", "USE_DOT", "UPCAST", "BIG", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"]
+              "TRANSPOSED", "SUBPIX", "USE_DOT", "UPCAST", "BIG", "TF32RN", "LIBRARY", "BLOCK_M", "BLOCK_N", "BLOCK_K",
+              "GROUP_M"]
     if red:
         params.insert(3, "ws_ptr")
     params += [f"{c}: tl.constexpr" for c in consts]
     prec = spec.fp32_precision if spec.dtype == "float32" else "ieee"
-    dot = f'acc = tl.dot(a, b, acc, input_precision="{prec}")' if spec.dtype == "float32" else "acc = tl.dot(a, b, acc)"
+    rna = f"_{name}_tf32_rna"
+    if spec.dtype == "float32":
+        # TF32RN (a constexpr: the spec's "tf32rn", or a TF32 reference seen at call time) rounds both
+        # operands the way cuDNN does before the tensor cores see them
+        dot = ["if TF32RN:", f'    acc = tl.dot({rna}(a), {rna}(b), acc, input_precision="tf32")', "else:",
+               f'    acc = tl.dot(a, b, acc, input_precision="{"tf32" if prec == "tf32rn" else prec}")']
+        helpers += ["@triton.jit", f"def {rna}(x):",
+                    "    # fp32 -> TF32 (10 mantissa bits), round to nearest, ties away from zero (cvt.rna.tf32.f32):",
+                    "    # add half an ulp of TF32 to the magnitude bits, then clear the 13 low bits; NaN kept as it is",
+                    "    u = x.to(tl.int32, bitcast=True)",
+                    "    r = ((u + 0x1000) & -8192).to(tl.float32, bitcast=True)",
+                    "    return tl.where(x != x, x, r)", ""]
+    else:
+        dot = ["acc = tl.dot(a, b, acc)"]
 
     subpix = _subpixel(spec)
     # sub-pixel transposed conv: program_id(2) is the output's phase (o mod s per dim); in one phase the
@@ -220,55 +253,60 @@ def _kernel_src(spec: ConvSpec) -> str:
            "TD = tl.maximum(tl.cdiv(KD - kd0, SD), 0)", "TH = tl.maximum(tl.cdiv(KH - kh0, SH), 0)",
            "TW = tl.maximum(tl.cdiv(KW - kw0, SW), 0)", "KTOT = CIN_G * TD * TH * TW"] if subpix else
           ["KTOT = CIN_G * KD * KH * KW"]),
-        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-        "for k0 in range(0, KTOT, BLOCK_K):",
-        "    offs_k = k0 + tl.arange(0, BLOCK_K)",
-        "    mask_k = offs_k < KTOT",
-        *(["    kw = kw0 + SW * (offs_k % TW)", "    tk = offs_k // TW", "    kh = kh0 + SH * (tk % TH)",
-           "    tk = tk // TH", "    kd = kd0 + SD * (tk % TD)", "    ci = tk // TD",
-           "    # o + p - k is a multiple of s by the choice of k (exact division, negative or not)",
-           "    idd = (od[:, None] + PD - kd[None, :]) // SD",
-           "    ih = (oh[:, None] + PH - kh[None, :]) // SH",
-           "    iw = (ow[:, None] + PW - kw[None, :]) // SW",
-           "    ok = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
-           "    w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1"] if subpix else
-          ["    kw = offs_k % KW", "    tk = offs_k // KW", "    kh = tk % KH", "    tk = tk // KH", "    kd = tk % KD",
-           "    ci = tk // KD"]),
-        "    if SUBPIX:",
-        "        pass",
-        "    elif TRANSPOSED:",
-        "        # the input pixel a tap reads: (o + p - k*d) / s, where that is a whole number in range",
-        "        td = od[:, None] + PD - kd[None, :] * DD",
-        "        th = oh[:, None] + PH - kh[None, :] * DH",
-        "        tw = ow[:, None] + PW - kw[None, :] * DW",
-        "        ok = (td >= 0) & (th >= 0) & (tw >= 0)",
-        "        td = tl.where(ok, td, 0)",
-        "        th = tl.where(ok, th, 0)",
-        "        tw = tl.where(ok, tw, 0)",
-        "        ok = ok & (td % SD == 0) & (th % SH == 0) & (tw % SW == 0)",
-        "        idd = td // SD",
-        "        ih = th // SH",
-        "        iw = tw // SW",
-        "        ok = ok & (idd < ID) & (ih < IH) & (iw < IW)",
-        "        w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1",
-        "    else:",
-        "        idd = od[:, None] * SD - PD + kd[None, :] * DD",
-        "        ih = oh[:, None] * SH - PH + kh[None, :] * DH",
-        "        iw = ow[:, None] * SW - PW + kw[None, :] * DW",
-        "        ok = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
-        "        w_off = co[None, :] * sw0 + ci[:, None] * sw1",
-        "    w_off = w_off + (kd * swd + kh * swh + kw * sww)[:, None]",
-        "    x_off = x_base[:, None] + ci[None, :] * sxc + idd * sxd + ih * sxh + iw * sxw",
-        "    a = tl.load(x_ptr + x_off, mask=mask_m[:, None] & mask_k[None, :] & ok, other=0.0)",
-        "    b = tl.load(w_ptr + w_off, mask=mask_k[:, None] & mask_n[None, :], other=0.0)",
-        "    if USE_DOT:",
-        "        if UPCAST:  # the interpreter's bf16 dot multiplies raw bits; a bf16 product is exact in fp32",
-        '            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")',
+        "if LIBRARY:",
+        "    # cuDNN ran the conv (the launcher passes its output as x, with its strides): load it",
+        "    y_off = (nb * sxn + od * sxd + oh * sxh + ow * sxw)[:, None] + co[None, :] * sxc",
+        "    acc = tl.load(x_ptr + y_off, mask=mask_m[:, None] & mask_n[None, :], other=0.0).to(tl.float32)",
+        "else:",
+        "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        "    for k0 in range(0, KTOT, BLOCK_K):",
+        "        offs_k = k0 + tl.arange(0, BLOCK_K)",
+        "        mask_k = offs_k < KTOT",
+        *(["        kw = kw0 + SW * (offs_k % TW)", "        tk = offs_k // TW", "        kh = kh0 + SH * (tk % TH)",
+           "        tk = tk // TH", "        kd = kd0 + SD * (tk % TD)", "        ci = tk // TD",
+           "        # o + p - k is a multiple of s by the choice of k (exact division, negative or not)",
+           "        idd = (od[:, None] + PD - kd[None, :]) // SD",
+           "        ih = (oh[:, None] + PH - kh[None, :]) // SH",
+           "        iw = (ow[:, None] + PW - kw[None, :]) // SW",
+           "        ok = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
+           "        w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1"] if subpix else
+          ["        kw = offs_k % KW", "        tk = offs_k // KW", "        kh = tk % KH", "        tk = tk // KH", "        kd = tk % KD",
+           "        ci = tk // KD"]),
+        "        if SUBPIX:",
+        "            pass",
+        "        elif TRANSPOSED:",
+        "            # the input pixel a tap reads: (o + p - k*d) / s, where that is a whole number in range",
+        "            td = od[:, None] + PD - kd[None, :] * DD",
+        "            th = oh[:, None] + PH - kh[None, :] * DH",
+        "            tw = ow[:, None] + PW - kw[None, :] * DW",
+        "            ok = (td >= 0) & (th >= 0) & (tw >= 0)",
+        "            td = tl.where(ok, td, 0)",
+        "            th = tl.where(ok, th, 0)",
+        "            tw = tl.where(ok, tw, 0)",
+        "            ok = ok & (td % SD == 0) & (th % SH == 0) & (tw % SW == 0)",
+        "            idd = td // SD",
+        "            ih = th // SH",
+        "            iw = tw // SW",
+        "            ok = ok & (idd < ID) & (ih < IH) & (iw < IW)",
+        "            w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1",
         "        else:",
-        f"            {dot}",
-        "    else:",
-        "        # channel blocks narrower than a dot tile (depthwise): outer products, exact fp32 FMAs",
-        "        acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)",
+        "            idd = od[:, None] * SD - PD + kd[None, :] * DD",
+        "            ih = oh[:, None] * SH - PH + kh[None, :] * DH",
+        "            iw = ow[:, None] * SW - PW + kw[None, :] * DW",
+        "            ok = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
+        "            w_off = co[None, :] * sw0 + ci[:, None] * sw1",
+        "        w_off = w_off + (kd * swd + kh * swh + kw * sww)[:, None]",
+        "        x_off = x_base[:, None] + ci[None, :] * sxc + idd * sxd + ih * sxh + iw * sxw",
+        "        a = tl.load(x_ptr + x_off, mask=mask_m[:, None] & mask_k[None, :] & ok, other=0.0)",
+        "        b = tl.load(w_ptr + w_off, mask=mask_k[:, None] & mask_n[None, :], other=0.0)",
+        "        if USE_DOT:",
+        "            if UPCAST:  # the interpreter's bf16 dot multiplies raw bits; a bf16 product is exact in fp32",
+        '                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")',
+        "            else:",
+        *_indent(dot, 4),
+        "        else:",
+        "            # channel blocks narrower than a dot tile (depthwise): outer products, exact fp32 FMAs",
+        "            acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)",
         "# epilogue operands: broadcast views of the output shape, indexed by (n, c, d, h, w) strides",
     ]
     epi_args = []
@@ -359,6 +397,24 @@ def _finish_src(spec: ConvSpec) -> str:
     ])
 
 
+TF32_FLAGS_SRC = '''def _tf32_conv_reference(x):
+    """Does PyTorch run a conv of ``x`` through cuDNN in TF32 right now (the reference's numerics): an fp32
+    CUDA tensor under the TF32 flags (PyTorch's default)?"""
+    b = torch.backends
+    if not (x.is_cuda and x.dtype == torch.float32) or not b.cudnn.enabled or not b.cudnn.is_available():
+        return False
+    conv = getattr(b.cudnn, "conv", None)
+    if conv is None:  # a torch without the fp32_precision API: the legacy flag
+        return bool(b.cudnn.allow_tf32)
+    # "none" inherits: cuDNN conv -> cuDNN -> the generic default (reading allow_tf32 instead raises when
+    # the legacy and the new API were mixed)
+    for p in (conv.fp32_precision, b.cudnn.fp32_precision, getattr(b, "fp32_precision", "none")):
+        if p != "none":
+            return p == "tf32"
+    return False
+'''
+
+
 def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
     name, nd = spec.name, spec.dims
     pad3 = 3 - nd
@@ -380,6 +436,14 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         f'        raise ValueError(f"launch_{name}: input and weight must be {nd + 2}-D, got {{tuple(x.shape)}} and {{tuple(w.shape)}}")',
         "    if x.dtype != w.dtype:",
         f'        raise TypeError(f"launch_{name}: input {{x.dtype}} and weight {{w.dtype}} differ")',
+    ]
+    fp32 = spec.dtype == "float32"
+    follow = spec.tf32_reference if fp32 else None
+    # read at call time, as the reference's conv reads them (a candidate never sets these flags)
+    ref_tf32 = "_tf32_conv_reference(x)"
+    L.append(f"    rn = {ref_tf32}" if follow == "tf32rn" else f"    rn = {fp32 and spec.fp32_precision == 'tf32rn'}")
+    L.append(f"    lib = {ref_tf32}" if follow == "cudnn" else "    lib = False")
+    L += [
         f"    x5 = x.reshape(x.shape[:2] + (1,) * {pad3} + x.shape[2:])",
         f"    w5 = w.reshape(w.shape[:2] + (1,) * {pad3} + w.shape[2:])",
         "    nb, cin, i_d, i_h, i_w = x5.shape",
@@ -408,6 +472,21 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         "    oshape = (nb, cout) + (o_d, o_h, o_w)",
         f"    full = (nb, cout) + (o_d, o_h, o_w)[{pad3}:]  # the conv's own output shape",
     ]
+    if follow == "cudnn":
+        if spec.transposed:
+            conv = (f"torch.nn.functional.conv_transpose{nd}d(x, w, None, {spec.stride}, {spec.padding}, "
+                    f"{spec.output_padding}, groups, {spec.dilation})")
+        else:
+            conv = f"torch.nn.functional.conv{nd}d(x, w, None, {spec.stride}, {spec.padding}, {spec.dilation}, groups)"
+        L += [
+            "    if lib:",
+            "        # the reference's own cuDNN call (same arguments, same layout: the same TF32 algorithm); the",
+            "        # kernel below then runs the epilogue on its output",
+            f"        y = {conv}",
+        ]
+        if not _stmts(spec.epilogue) and not spec.reduction:
+            L.append("        return y  # nothing to fuse")
+        L.append("        y5 = y.reshape(oshape)")
     sred = spec.reduction if spec.red_axis == "spatial" else None
     whole = spec.whole_channels or bool(spec.reduction and not sred)
     if spec.reduction and not sred:
@@ -493,16 +572,17 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
     else:
         L.append("    grid = (triton.cdiv(m, bm) * triton.cdiv(cout_g, bn), groups)")
     L += [
+        "    kx = y5 if lib else x5" if follow == "cudnn" else "    kx = x5",
         f"    {name}_kernel[grid](",
-        f"        x5, w5, out, {'ws, ' if sred else ''}",
+        f"        kx, w5, out, {'ws, ' if sred else ''}",
         *[f"        {a}," for a in args],
         "        nb, i_d, i_h, i_w, cout, o_d, o_h, o_w,",
-        "        *x5.stride(), *w5.stride(),",
+        "        *kx.stride(), *w5.stride(),",
         *[f"        {s}," for s in strides],
         "        CIN_G=cin_g, COUT_G=cout_g, KD=k_d, KH=k_h, KW=k_w,",
         f"        SD={stride[0]}, SH={stride[1]}, SW={stride[2]}, PD={padding[0]}, PH={padding[1]}, PW={padding[2]},",
         f"        DD={dilation[0]}, DH={dilation[1]}, DW={dilation[2]}, TRANSPOSED={spec.transposed}, SUBPIX={_subpixel(spec)},",
-        f"        USE_DOT=use_dot, UPCAST=({spec.dtype == 'bfloat16'} and not x.is_cuda), BIG=big,",
+        f"        USE_DOT=use_dot, UPCAST=({spec.dtype == 'bfloat16'} and not x.is_cuda), BIG=big, TF32RN=rn, LIBRARY=lib,",
         '        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(cfg["GROUP_M"]),',
         '        num_warps=int(cfg["num_warps"]), num_stages=int(cfg["num_stages"]),',
         "    )",
@@ -514,7 +594,7 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
             f"    {name}_finish[(nb, triton.cdiv(cout, bc))](ws, out, cout, tps, o_d * o_h * o_w, BLOCK_T=bt, BLOCK_C=bc)",
         ]
     L += ["    return ret", ""]
-    return "\n".join(L)
+    return (TF32_FLAGS_SRC + "\n\n" if follow else "") + "\n".join(L)
 
 
 def conv_kernel(spec: ConvSpec) -> KernelSource:

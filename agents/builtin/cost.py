@@ -320,7 +320,8 @@ def modelled_seconds(graph: Graph, groups: list[Group], variants: dict[str, dict
                      precision: dict[str, str | None]) -> dict[str, float]:
     """Modelled seconds per group of one candidate (a group PyTorch runs counts at its roofline, a
     cuBLAS fp32 GEMM at the full fp32 ceiling), each kernel plus ``LAUNCH_S``. ``precision`` gives a
-    GEMM group's dot precision (None for half types). Used to rank actions, never reported as a time."""
+    GEMM or fp32 conv group's dot precision (None for half types). Used to rank actions, never reported as
+    a time."""
     out: dict[str, float] = {}
     for c in group_costs(graph, groups):
         grp = next(g for g in groups if g.id == c.group)
@@ -332,6 +333,12 @@ def modelled_seconds(graph: Graph, groups: list[Group], variants: dict[str, dict
             secs = _rows_seconds(c, variant, sum(_nbytes(graph, v) for v in grp.inputs))
         elif grp.kind == "pointwise":
             secs = _pointwise_seconds(c, variant, math.prod(grp.domain or (1,)))
+        elif grp.kind == "conv" and precision.get(grp.id):
+            # an fp32 conv's dot at its precision's ceiling (tf32rn: a TF32 dot, the rounding is a few
+            # integer ops per loaded operand)
+            prec = "tf32" if precision[grp.id] == "tf32rn" else precision[grp.id]
+            peak = _DOT_PEAK[prec] * (TRITON_IEEE_EFF if prec == "ieee" else 1.0)
+            secs = max(c.bytes / CEILING_BW, c.flops / peak)
         else:
             secs = c.seconds
         out[grp.id] = secs + LAUNCH_S

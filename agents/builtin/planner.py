@@ -15,7 +15,9 @@ candidate's own state or on one of its ancestors' (undoing an earlier action) ar
 
 Precision rule: ``ieee`` is always offered where the candidate runs something else; ``tf32x3`` only
 where ``codegen.tf32x3_ok`` admits it; plain ``tf32`` only where ``codegen.allow_tf32`` does (never
-at fp32 1e-4).
+at fp32 1e-4). An fp32 conv group is also offered ``tf32rn`` (the TF32 rounding of cuDNN's conv, the
+GPU reference's numerics); any Precision on a conv group pins our own conv where the seed's would
+follow a cuDNN TF32 reference with cuDNN itself.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from .actions import (
     State,
 )
 from .build import Built, built
-from .codegen import _reads_weight, allow_tf32, auto_split_k, default_precision, tf32x3_ok
+from .codegen import _reads_weight, allow_tf32, auto_split_k, conv_precision, default_precision, tf32x3_ok
 from .cost import SMS, modelled_seconds
 from .ir import Graph
 from .loopgen import ONE_PASS_MAX_R, pointwise_defaults, split_reduction_ok
@@ -114,9 +116,15 @@ def _state_key(problem: Problem, graph: Graph, state: State) -> str:
 
 
 def _precisions(problem: Problem, graph: Graph, groups: list[Group], state: State) -> dict[str, str | None]:
+    """The dot precision of each GEMM group and each fp32 conv group (a seed conv: our own conv's, though
+    on the GPU it may follow a TF32 reference with cuDNN: the model does not know the device)."""
     st = problem.settings()
-    return {g.id: (state.variant(g.id).get("fp32_precision") or default_precision(graph, g, st))
-            for g in groups if g.kind == "gemm"}
+    out = {g.id: (state.variant(g.id).get("fp32_precision") or default_precision(graph, g, st))
+           for g in groups if g.kind == "gemm"}
+    for g in groups:
+        if g.kind == "conv" and graph.node(graph.node(g.gemm).args[0].name).dtype == "float32":
+            out[g.id] = state.variant(g.id).get("fp32_precision") or conv_precision(graph, g, st)
+    return out
 
 
 def _effective_variants(graph: Graph, groups: list[Group], state: State) -> dict[str, dict]:
@@ -215,6 +223,27 @@ def _gemm_actions(problem: Problem, b: Built, grp: Group) -> list[Action]:
     return out
 
 
+def _conv_precisions(problem: Problem, b: Built, grp: Group) -> list[Action]:
+    """Our own conv at a pinned dot precision. The seed's fp32 conv follows a cuDNN TF32 reference at call
+    time (on the GPU by default: cuDNN's conv + our epilogue, ``codegen.CONV_ON_TF32_REFERENCE``); these
+    children run our conv there instead: ``tf32rn`` reproduces the TF32 reference's products, ``tf32x3``
+    and ``ieee`` suit an exact fp32 reference (the CPU's, or TF32 turned off)."""
+    st = problem.settings()
+    cnode = b.graph.node(grp.gemm)
+    dtype = b.graph.node(cnode.args[0].name).dtype or "float32"
+    if dtype != "float32":
+        return []
+    cur = b.state.variant(grp.id).get("fp32_precision")
+    w = b.graph.node(cnode.args[1].name).shape or (1, 1)
+    k = (w[0] // max(1, cnode.attrs["groups"] or 1) if cnode.attrs["transposed"] else w[1]) * math.prod(w[2:])
+    allowed = ["tf32rn", "ieee"]
+    if tf32x3_ok(dtype, st["atol"], st["rtol"], int(k), _reads_weight(b.graph, cnode)):
+        allowed.insert(1, "tf32x3")
+    if allow_tf32(dtype, st["atol"], st["rtol"]):
+        allowed.append("tf32")
+    return [Precision(grp.id, p) for p in allowed if p != cur]
+
+
 def _compute_nodes(b: Built, grp: Group) -> list[str]:
     return [n for n in grp.nodes if b.graph.node(n).kind in ("pw", "reduce")]
 
@@ -276,6 +305,7 @@ def _proposals(problem: Problem, b: Built) -> list[tuple[Action, str]]:
             out += [(a, grp.id) for a in _pointwise_actions(b, grp)]
         elif grp.kind == "conv":  # cuDNN for the conv itself (its epilogue then one pointwise kernel)
             out += [(LibraryGemm(grp.gemm), grp.id)] + ([(KeepRowOut(grp.id), grp.id)] if grp.row_reduction else [])
+            out += [(a, grp.id) for a in _conv_precisions(problem, b, grp)]
     # fusion boundaries moved back: a split or a PyTorch fallback of an earlier action
     owner = {n: g.id for g in b.groups for n in g.nodes}
     for node in sorted(b.state.options.cuts | b.state.options.torch_nodes):

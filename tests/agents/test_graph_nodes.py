@@ -214,7 +214,11 @@ def test_the_reference_profile_weighs_the_plan():
         props = plan_node(state, rt, step(10 + n))["proposals"]
         gains.append({p["idea"]: p["expected_gain"] for p in props if "convolution" in p["idea"]})
     assert gains[0] and gains[0].keys() == gains[1].keys(), gains
-    for idea in gains[0]:
+    # an action the cost model sees no change in (a conv pinned at the seed's own precision: it differs
+    # only on the GPU, where the seed's conv follows a TF32 reference) gains exactly 1 under any profile
+    moved = [idea for idea in gains[0] if gains[0][idea] != 1.0]
+    assert moved, gains
+    for idea in moved:
         assert abs(gains[0][idea] - 1) > abs(gains[1][idea] - 1), gains
 
 
