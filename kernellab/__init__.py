@@ -28,6 +28,10 @@ _interpreter_chosen = "TRITON_INTERPRET" not in _os.environ and not _torch.cuda.
 if _interpreter_chosen:
     _os.environ["TRITON_INTERPRET"] = "1"
 
+from ._astlock import install as _install_ast_lock  # noqa: E402
+
+_install_ast_lock()
+
 # the module kernellab.optimize is callable: kernellab.optimize(model, inputs) runs optimize.optimize
 from . import optimize  # noqa: E402
 from .campaign import run  # noqa: E402
