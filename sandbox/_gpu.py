@@ -27,6 +27,9 @@ GIB = 1 << 30
 POISON_CAP = GIB
 # Fixed extra per job: the L2 flush buffer, cuBLAS/cuDNN workspaces, allocator rounding.
 JOB_OVERHEAD = 256 << 20
+# Elements of one input the input fingerprint (sandbox._job) widens to int64 at a time; it holds three
+# such int64 temporaries (the bits, the position weights, their product): 24 bytes per element.
+FP_CHUNK = 1 << 22
 
 
 class RWLock:
@@ -187,13 +190,15 @@ def retry_admission(error_class: str, infra: bool, kind: str, alone: bool, grant
 RETRIED = ("infra:oom", "sandbox")
 
 
-def footprint(params: int, inputs: int, outputs: int) -> int:
+def footprint(params: int, inputs: int, outputs: int, largest_input: int = 0) -> int:
     """Bytes one job holds at its peak, from one trial's sizes: the reference's and the candidate's
     parameters; the timing's inputs (trial 0's and a second sample, mixed into two tensor sets each
     for the candidate and for eager: six copies, more than the trials' two); the candidate's output
     next to the previous trial's (kept for the aliasing check) and the reference's and the eager
-    timing's; the poison (capped) and a fixed overhead."""
-    return 2 * params + 6 * inputs + 4 * outputs + min(POISON_CAP, 4 * (inputs + outputs)) + JOB_OVERHEAD
+    timing's; the poison (capped); the input fingerprint's int64 temporaries (``largest_input``
+    elements, at most ``FP_CHUNK`` at a time) and a fixed overhead."""
+    return (2 * params + 6 * inputs + 4 * outputs + min(POISON_CAP, 4 * (inputs + outputs))
+            + 24 * min(largest_input, FP_CHUNK) + JOB_OVERHEAD)
 
 
 def estimate_bytes(problem: Any, small: bool) -> int | None:
@@ -233,4 +238,5 @@ def estimate(problem: Any, small: bool, strict: bool = False) -> tuple[int, int]
         return sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
 
     params = size(list(model.parameters()) + list(model.buffers()))
-    return footprint(params, size(inputs), size(outs)), params + size(inputs) + size(outs)
+    largest = max((t.numel() for t in inputs if isinstance(t, torch.Tensor)), default=0)
+    return footprint(params, size(inputs), size(outs), largest), params + size(inputs) + size(outs)
