@@ -358,7 +358,7 @@ def code(task: CodeTask, runtime: Runtime[Context], config: RunnableConfig) -> d
     try:
         # parallel tasks: their seconds add up to more than the step's wall time
         with timed_step(ctx, "code", pid, label="Inductor seed" if inductor else None,
-                        slow="Inductor seed compiled" if inductor else "candidate written", idea=prop.idea[:120]):
+                        slow="Inductor seed compiled" if inductor else "candidate written", idea=str(prop.idea or "")[:120]):
             out = ctx.agents.code(problem, prop, parent)
     except ctx.passthrough:
         raise
