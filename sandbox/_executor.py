@@ -328,8 +328,9 @@ class LocalExecutor(Executor):
     the allocator's count), or ``gpu_bytes`` (also read from ``KERNELLAB_GPU_BYTES``) when given --
     which also puts the CPU pool under admission, the way tests exercise it without a GPU. A job's
     need is estimated from the problem on the meta device (admitted at ``UNMEASURED_MARGIN`` times the
-    estimate) and, once a job of the problem has run on a GPU, from its reference's measured peak; its grant caps the worker's allocator
-    (``set_per_process_memory_fraction``), so a runaway candidate cannot starve its neighbours."""
+    estimate) and, once a job of the problem has run on a GPU, from its reference's measured peak;
+    its grant caps the worker's allocator (``set_per_process_memory_fraction``), so a runaway
+    candidate cannot starve its neighbours."""
 
     def __init__(self, workers_per_gpu: int | None = None, cpu_workers: int | None = None,
                  limits: Limits | None = None, max_jobs_per_worker: int = 50,
