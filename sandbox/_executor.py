@@ -9,7 +9,8 @@ GPU's reader/writer lock for the worker (timing and profiling as the writer, wit
 themselves; the reference, poison, trials and compile as readers, shared), and replaces the worker
 after a timeout, a crash, a CUDA fault or a rejection. A failure of our own machinery (an
 out-of-memory outside the candidate's code, a worker that does not start, a bug of ours) is an
-infrastructure result (``details.infra``), retried once alone on the GPU, never the candidate's
+infrastructure result (``details.infra``), retried (``_gpu.retry_admission``: an out-of-memory while
+sharing first with twice the grant, still sharing; otherwise alone on the GPU), never the candidate's
 verdict; after ``BREAKER_FAILURES`` worker starts in a row fail on one device, the executor stops
 trying there and answers at once. A distributed executor implements the same two methods.
 
