@@ -115,13 +115,18 @@ class Context:
 
 @contextlib.contextmanager
 def timed_step(ctx: Context, step: str, problem_id: str | None = None, label: str | None = None,
-               slow: str | None = None, within: str | None = None, **fields: Any) -> Iterator[dict]:
+               slow: str | None = None, within: str | None = None, start: str | None = None,
+               **fields: Any) -> Iterator[dict]:
     """Time one campaign step: a ``step`` event (``step``, ``label``, ``seconds``, ``problem``; ``within``
     names the step it is part of, so a sum by step counts it once; the body may add fields to the dict
     it gets), and a progress line when it took ``SLOW_STEP_S`` or more (``slow``: its text, e.g.
     "Inductor seed compiled"). Recorded per session, never deduplicated: a step run again after a
-    resume cost its time again. A step that raised is recorded with ``error`` (the exception's type)."""
+    resume cost its time again. A step that raised is recorded with ``error`` (the exception's type).
+    ``start``: a progress line as the step starts, for steps that can take minutes (a campaign killed
+    during one then says which it was in)."""
     extra: dict[str, Any] = {}
+    if start and ctx.progress is not None:
+        ctx.progress.update(last=start)
     t0 = time.monotonic()
     err: str | None = None
     try:
@@ -358,7 +363,9 @@ def code(task: CodeTask, runtime: Runtime[Context], config: RunnableConfig) -> d
     try:
         # parallel tasks: their seconds add up to more than the step's wall time
         with timed_step(ctx, "code", pid, label="Inductor seed" if inductor else None,
-                        slow="Inductor seed compiled" if inductor else "candidate written", idea=str(prop.idea or "")[:120]):
+                        slow="Inductor seed compiled" if inductor else "candidate written",
+                        start="compiling the Inductor seed (torch.compile)" if inductor else None,
+                        idea=str(prop.idea or "")[:120]):
             out = ctx.agents.code(problem, prop, parent)
     except ctx.passthrough:
         raise
@@ -488,7 +495,8 @@ def tune(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig
         if not full or full[0]["status"] != "correct":
             continue
         try:
-            with timed_step(ctx, "tune", pid, slow="tuning", candidate_id=c["id"]) as info:
+            with timed_step(ctx, "tune", pid, slow=f"tuning of {c['id'][:10]}", start=f"tuning {c['id'][:10]}",
+                            candidate_id=c["id"]) as info:
                 summary = ctx.tune(problem, c) or {}
                 info["trials"] = summary.get("evaluated")
         except ctx.passthrough:
