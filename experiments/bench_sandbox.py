@@ -143,8 +143,10 @@ def main() -> None:
                                      "admission_wait_s", "reference_peak_bytes", "peak_bytes", "estimate_error")}
         out["retries"] = [{k: a.get(k) for k in ("error_class", "grant_bytes", "alone", "peak_bytes")}
                           for a in r["details"].get("retries") or []]
-        if r["details"].get("retried_after"):
-            out["retried_after"] = r["details"]["retried_after"]
+        first = r["details"].get("retried_after")
+        if first:  # the first failure's class and the end of its error (the traceback's last lines)
+            out["retried_after"] = {"error_class": first.get("error_class"),
+                                    "error_text": (first.get("error_text") or "")[-600:]}
         return out
 
     raw["sequential_memory"] = [memory(r) for r in res_seq]
