@@ -14,9 +14,10 @@ The nodes are module-level functions of (state, ``Runtime[Context]``, config), t
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -40,6 +41,9 @@ MAX_INFRA = 2
 # steps re-raise these to the policy instead of recording them; every other error of an agent step is
 # an event and costs only that step, and ``Context.fatal`` stops the campaign (saved, resumable).
 TRANSIENT: tuple[type[BaseException], ...] = (sqlite3.OperationalError, ConnectionError, TimeoutError)
+# A campaign step that takes at least this long also gets a progress line (every step is a ``step`` event):
+# a GPU campaign that went quiet for minutes said nothing of where the time went.
+SLOW_STEP_S = 10.0
 
 
 class CampaignState(TypedDict, total=False):
@@ -107,6 +111,43 @@ class Context:
         if key is not None:
             self._keys.add(key)
         return True
+
+
+@contextlib.contextmanager
+def timed_step(ctx: Context, step: str, problem_id: str | None = None, label: str | None = None,
+               slow: str | None = None, within: str | None = None, start: str | None = None,
+               **fields: Any) -> Iterator[dict]:
+    """Time one campaign step: a ``step`` event (``step``, ``label``, ``seconds``, ``problem``; ``within``
+    names the step it is part of, so a sum by step counts it once; the body may add fields to the dict
+    it gets), and a progress line when it took ``SLOW_STEP_S`` or more (``slow``: its text, e.g.
+    "Inductor seed compiled"). Recorded per session, never deduplicated: a step run again after a
+    resume cost its time again. A step that raised is recorded with ``error`` (the exception's type).
+    ``start``: a progress line as the step starts, for steps that can take minutes (a campaign killed
+    during one then says which it was in)."""
+    extra: dict[str, Any] = {}
+    if start and ctx.progress is not None:
+        ctx.progress.update(last=start)
+    t0 = time.monotonic()
+    err: str | None = None
+    try:
+        yield extra
+    except BaseException as exc:
+        err = type(exc).__name__
+        raise
+    finally:
+        seconds = time.monotonic() - t0
+        name = ctx.problems[problem_id].name if problem_id in ctx.problems else None
+        payload = {"step": step, "label": label, "within": within, "seconds": round(seconds, 3),
+                   "problem_id": problem_id, "problem": name, **fields, **extra}
+        if err:
+            payload["error"] = err
+        try:
+            ctx.store.add_event(ctx.campaign_id, "step", {k: v for k, v in payload.items() if v is not None})
+            if ctx.progress is not None and seconds >= SLOW_STEP_S:
+                what = slow or (f"{step} ({label})" if label else step)
+                ctx.progress.update(last=f"{what} in {seconds:.0f} s")
+        except Exception:  # a measurement must never cost the step (nor hide its own error)
+            pass
 
 
 def event_key(config: RunnableConfig | None, node: str, *item: Any) -> str | None:
@@ -281,7 +322,11 @@ def plan(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig
     if k <= 0:
         return {"proposals": []}
     try:
-        proposals = ctx.agents.plan(problem, rows, k, ctx.reference(problem))[:k]
+        with timed_step(ctx, "plan", pid):
+            with timed_step(ctx, "reference", pid, label="reference profile", within="plan",
+                            slow="reference profile for the planner"):
+                reference = ctx.reference(problem)
+            proposals = ctx.agents.plan(problem, rows, k, reference)[:k]
     except ctx.passthrough:
         raise
     except Exception as exc:
@@ -312,8 +357,16 @@ def code(task: CodeTask, runtime: Runtime[Context], config: RunnableConfig) -> d
     # parallel tasks of one step: the proposal names the event
     key = event_key(config, "code", prop.parent_id or "-", _proposal_hash(task["proposal"]))
     parent = ctx.store.get_candidate(prop.parent_id) if prop.parent_id else None
+    from kernellab.agents.builtin.inductor import ACTION as INDUCTOR_ACTION  # light: no torch.compile import
+
+    inductor = (prop.action or {}).get("kind") == INDUCTOR_ACTION
     try:
-        out = ctx.agents.code(problem, prop, parent)
+        # parallel tasks: their seconds add up to more than the step's wall time
+        with timed_step(ctx, "code", pid, label="Inductor seed" if inductor else None,
+                        slow="Inductor seed compiled" if inductor else "candidate written",
+                        start="compiling the Inductor seed (torch.compile)" if inductor else None,
+                        idea=str(prop.idea or "")[:120]):
+            out = ctx.agents.code(problem, prop, parent)
     except ctx.passthrough:
         raise
     except Exception as exc:  # a coder failure is recorded, never fatal to the campaign
@@ -370,8 +423,13 @@ def evaluate(state: CampaignState, runtime: Runtime[Context], config: RunnableCo
         ctx.progress.update(in_flight=len(todo), tree_size=len(cands))
     by_id = {c["id"]: c for c in todo}
     key = event_key(config, "evaluate")
-    for cand_id, result in ctx.evaluate_many(problem, todo):
-        _record(ctx, problem, by_id[cand_id], result, key)
+    with timed_step(ctx, "evaluate", _pid(state), slow=f"{len(todo)} evaluation(s)", candidates=len(todo)) as info:
+        # where the evaluations' wall time went (the torch.compile baseline is a phase of the first job)
+        phases: dict[str, float] = info.setdefault("phases", {})
+        for cand_id, result in ctx.evaluate_many(problem, todo):
+            _record(ctx, problem, by_id[cand_id], result, key)
+            for ph, sec in ((result.get("details") or {}).get("phase_s") or {}).items():
+                phases[ph] = round(phases.get(ph, 0.0) + float(sec), 3)
     return {}
 
 
@@ -403,7 +461,8 @@ def debug(state: CampaignState, runtime: Runtime[Context], config: RunnableConfi
             break
         ekey = key and f"{key}/{cand['id']}"
         try:
-            fix = ctx.agents.debug(problem, cand, ev)
+            with timed_step(ctx, "debug", pid, candidate_id=cand["id"]):
+                fix = ctx.agents.debug(problem, cand, ev)
         except ctx.passthrough:
             raise
         except Exception as exc:
@@ -436,7 +495,10 @@ def tune(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig
         if not full or full[0]["status"] != "correct":
             continue
         try:
-            summary = ctx.tune(problem, c) or {}
+            with timed_step(ctx, "tune", pid, slow=f"tuning of {c['id'][:10]}", start=f"tuning {c['id'][:10]}",
+                            candidate_id=c["id"]) as info:
+                summary = ctx.tune(problem, c) or {}
+                info["trials"] = summary.get("evaluated")
         except ctx.passthrough:
             raise
         except Exception as exc:  # a space the tuner cannot read costs the tuning, not the campaign
@@ -460,7 +522,8 @@ def profile(state: CampaignState, runtime: Runtime[Context], config: RunnableCon
     if ctx.store.evaluations(candidate_id=cand["id"], kind="profile") or any(
             e["payload"].get("candidate_id") == cand["id"] for e in ctx.store.events(ctx.campaign_id, "profile")):
         return {}
-    metrics, why_not = ctx.profile(ctx.problems[pid], cand, best)
+    with timed_step(ctx, "profile", pid, slow="Nsight Compute profile", candidate_id=cand["id"]):
+        metrics, why_not = ctx.profile(ctx.problems[pid], cand, best)
     if metrics:
         ctx.store.add_evaluation(cand["id"], {"status": "correct", "config": best.get("config"),
                                               "device": best.get("device")}, kind="profile", metrics=metrics)
@@ -480,7 +543,8 @@ def analyze(state: CampaignState, runtime: Runtime[Context], config: RunnableCon
         prof = ctx.store.evaluations(candidate_id=cand["id"], kind="profile")
         metrics = ctx.store.metrics(prof[-1]["id"]) if prof else []
         try:
-            a = ctx.agents.analyze(ctx.problems[pid], cand, best, metrics)
+            with timed_step(ctx, "analyze", pid, candidate_id=cand["id"]):
+                a = ctx.agents.analyze(ctx.problems[pid], cand, best, metrics)
             ctx.event("analyze", {"candidate_id": cand["id"], **a.to_dict()}, key)
         except ctx.passthrough:
             raise

@@ -61,6 +61,10 @@ def variant(i: int) -> str:
     return src + f"\n# benchmark variant {i}\n"
 
 
+def _gb(n) -> str:
+    return "-" if n is None else f"{n / 1e9:.2f}"
+
+
 def timed(fn):
     t0 = time.perf_counter()
     out = fn()
@@ -131,9 +135,22 @@ def main() -> None:
 
     raw["phases_mean_s"] = {"warm_evaluation": phases([second, third]), "sequential": phases(res_seq),
                             "pool": phases(res_pool)}
-    # admission to the GPU's memory budget happens before a job's phases: a pool that does not overlap shows here
-    raw["pool_memory"] = [{k: r["details"].get("memory", {}).get(k) for k in
-                           ("need_bytes", "alone", "admission_wait_s", "estimate_error")} for r in res_pool]
+    # admission to the GPU's memory budget happens before a job's phases: a pool that does not overlap shows here,
+    # and a job retried after running out of its grant says so (its earlier attempts, their grants and peaks)
+    def memory(r: dict) -> dict:
+        m = r["details"].get("memory", {})
+        out = {k: m.get(k) for k in ("budget_bytes", "need_bytes", "grant_bytes", "alone", "alone_reason",
+                                     "admission_wait_s", "reference_peak_bytes", "peak_bytes", "estimate_error")}
+        out["retries"] = [{k: a.get(k) for k in ("error_class", "grant_bytes", "alone", "peak_bytes")}
+                          for a in r["details"].get("retries") or []]
+        first = r["details"].get("retried_after")
+        if first:  # the first failure's class and the end of its error (the traceback's last lines)
+            out["retried_after"] = {"error_class": first.get("error_class"),
+                                    "error_text": (first.get("error_text") or "")[-600:]}
+        return out
+
+    raw["sequential_memory"] = [memory(r) for r in res_seq]
+    raw["pool_memory"] = [memory(r) for r in res_pool]
 
     v = versions()
     dev = torch.cuda.get_device_name(0)
@@ -163,6 +180,16 @@ def main() -> None:
         *[f"- {k}: " + ", ".join(f"{p} {v:.2f}" for p, v in ph.items()) for k, ph in raw["phases_mean_s"].items()],
         "",
         f"All 16 throughput evaluations correct: {all(s == 'correct' for s in statuses)} ({statuses}).",
+        "",
+        "Memory admission per job (GB; alone: why; retries: the earlier attempts' error class and grant):",
+        "",
+        "| run | job | budget | need | grant | alone | admission wait s | retries |",
+        "|---|---|---|---|---|---|---|---|",
+        *[f"| {run} | {i} | {_gb(m['budget_bytes'])} | {_gb(m['need_bytes'])} | {_gb(m['grant_bytes'])} | "
+          f"{(m['alone_reason'] or 'yes') if m['alone'] else 'no'} | {m['admission_wait_s']} | "
+          + (", ".join(f"{a['error_class']} at {_gb(a['grant_bytes'])}" for a in m["retries"]) or "-") + " |"
+          for run, mems in (("sequential", raw["sequential_memory"]), ("pool", raw["pool_memory"]))
+          for i, m in enumerate(mems)],
         "",
         "Raw numbers:",
         "",

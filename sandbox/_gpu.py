@@ -4,10 +4,12 @@
   (reference, poison, trials, compile) as *reader* (shared). Writer-preferring: once a writer waits,
   new readers wait behind it, so a timing never starves behind a stream of trials.
 - :class:`MemoryBudget`: jobs are admitted against a byte budget (the device's memory minus a
-  margin). A job that needs more than half of it (or more than all of it: the estimate is generous)
-  runs alone; only one whose *floor* -- what the reference itself holds -- exceeds the budget is
-  refused, so every problem whose reference fits the device alone is evaluated. Admission is first
-  come, first served, so a large job is not starved by small ones either.
+  margin). A job that needs more than half of it (or more than all of it: the estimate is generous),
+  or whose need is unknown, runs alone (:meth:`MemoryBudget.why_alone` says which); only one whose
+  *floor* -- what the reference itself holds -- exceeds the budget is refused, so every problem whose
+  reference fits the device alone is evaluated. Admission is first come, first served, so a large
+  job is not starved by small ones either.
+- :func:`retry_admission`: how a job that ran out of memory (or met a bug of ours) is admitted again.
 - :func:`estimate`: a job's footprint and floor from the problem itself, built on the meta device
   (parameters, one trial's inputs and outputs: no memory, no kernels).
 """
@@ -25,6 +27,9 @@ GIB = 1 << 30
 POISON_CAP = GIB
 # Fixed extra per job: the L2 flush buffer, cuBLAS/cuDNN workspaces, allocator rounding.
 JOB_OVERHEAD = 256 << 20
+# Elements of one input the input fingerprint (sandbox._job) widens to int64 at a time; it holds three
+# such int64 temporaries (the bits, the position weights, their product): 24 bytes per element.
+FP_CHUNK = 1 << 22
 
 
 class RWLock:
@@ -107,9 +112,17 @@ class MemoryBudget:
 
     def grant_for(self, need: int | None) -> tuple[int, bool]:
         """(bytes granted, alone): an unknown or large (> half the budget) need gets the whole budget."""
-        if need is None or need > self.budget // 2:
+        if self.why_alone(need):
             return self.budget, True
         return int(need), False
+
+    def why_alone(self, need: int | None) -> str | None:
+        """Why a job of ``need`` bytes runs alone (``details.memory.alone_reason``), None when it shares."""
+        if need is None:
+            return "no estimate"
+        if need > self.budget // 2:
+            return "need > half the budget"
+        return None
 
     def admit(self, need: int | None, alone: bool = False, floor: int | None = None) -> tuple[int, bool]:
         """Wait until the job fits; returns (bytes granted, alone). Raises :class:`TooBig` when its
@@ -151,13 +164,41 @@ class MemoryBudget:
             self.release(got[0])
 
 
-def footprint(params: int, inputs: int, outputs: int) -> int:
+def retry_admission(error_class: str, infra: bool, kind: str, alone: bool, grant: int | None, budget: int,
+                    attempts: int) -> tuple[bool, int | None, str | None] | None:
+    """How to admit a job again after its attempt number ``attempts`` failed with ``error_class``:
+    None (the result stands) or (alone, need, alone_reason).
+
+    An out-of-memory while sharing a budget -- our machinery's (``infra:oom``), or on a GPU the
+    candidate's (``oom``) -- means the grant was too small, not the device: the first retry gets twice
+    the grant and still shares (one such job alone serialises a whole pool behind it), alone only
+    when twice the grant is more than half the budget. (The CPU pool under ``gpu_bytes`` follows the
+    same rules, which is how tests exercise them.) An OOM again while sharing, or any other
+    retried infrastructure failure (``sandbox``, a bug of ours), runs alone, so an ``oom`` verdict is
+    only ever given with the whole device. A failure alone after a retry is the result."""
+    oom = error_class in ("oom", "infra:oom")
+    if not ((infra and error_class in RETRIED) or (kind == "cuda" and error_class == "oom" and not alone)):
+        return None
+    if oom and not alone and grant and attempts == 1 and 2 * grant <= budget // 2:
+        return False, 2 * grant, None
+    if attempts == 1 or (oom and not alone):
+        return True, None, f"retry after {error_class}"
+    return None
+
+
+# infrastructure failures worth another attempt (see retry_admission)
+RETRIED = ("infra:oom", "sandbox")
+
+
+def footprint(params: int, inputs: int, outputs: int, largest_input: int = 0) -> int:
     """Bytes one job holds at its peak, from one trial's sizes: the reference's and the candidate's
     parameters; the timing's inputs (trial 0's and a second sample, mixed into two tensor sets each
     for the candidate and for eager: six copies, more than the trials' two); the candidate's output
     next to the previous trial's (kept for the aliasing check) and the reference's and the eager
-    timing's; the poison (capped) and a fixed overhead."""
-    return 2 * params + 6 * inputs + 4 * outputs + min(POISON_CAP, 4 * (inputs + outputs)) + JOB_OVERHEAD
+    timing's; the poison (capped); the input fingerprint's int64 temporaries (``largest_input``
+    elements, at most ``FP_CHUNK`` at a time) and a fixed overhead."""
+    return (2 * params + 6 * inputs + 4 * outputs + min(POISON_CAP, 4 * (inputs + outputs))
+            + 24 * min(largest_input, FP_CHUNK) + JOB_OVERHEAD)
 
 
 def estimate_bytes(problem: Any, small: bool) -> int | None:
@@ -197,4 +238,5 @@ def estimate(problem: Any, small: bool, strict: bool = False) -> tuple[int, int]
         return sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
 
     params = size(list(model.parameters()) + list(model.buffers()))
-    return footprint(params, size(inputs), size(outs)), params + size(inputs) + size(outs)
+    largest = max((t.numel() for t in inputs if isinstance(t, torch.Tensor)), default=0)
+    return footprint(params, size(inputs), size(outs), largest), params + size(inputs) + size(outs)

@@ -40,7 +40,7 @@ from ._check import (
     overlaps,
     transform,
 )
-from ._gpu import POISON_CAP
+from ._gpu import FP_CHUNK, POISON_CAP
 from ._guard import ForwardWatch, StateSnapshot, _reference_classes
 from ._result import (
     KERNEL_WIN_SHARE,
@@ -108,7 +108,8 @@ def _fingerprint(xs: list) -> list:
     return out
 
 
-_FP_CHUNK = 1 << 24
+# smaller chunks, smaller int64 temporaries (the sums do not depend on the chunk); the memory estimate counts them
+_FP_CHUNK = FP_CHUNK
 
 
 # A trial's inputs up to this size stay alive for the whole job (a read returns a fresh copy):

@@ -29,10 +29,13 @@ Every evaluation, whatever happened, ends as one dict with exactly :data:`RESULT
   memory budget (``infra:too_big``), a worker that could not start (``worker_start``; with
   ``breaker: True`` once the executor stopped trying), a bug of ours (``sandbox``), a shutdown
   (``shutdown``). Status ``crash`` (the status list is fixed), but never the candidate's verdict:
-  see :func:`is_infra`. The executor retries such a job once (alone on its GPU) before answering.
+  see :func:`is_infra`. The executor retries such a job (``_gpu.retry_admission``) before answering:
+  ``retried_after`` (the first failure's ``error_class``/``error_text``) and ``retries`` (each earlier
+  attempt's ``error_class``, ``grant_bytes``, ``alone``, ``peak_bytes``, ``gpu_s``, ``phase_s``).
 - ``memory`` (dict, when the job was admitted to a device budget): ``need_bytes`` (the estimate it
-  was admitted with, None when unknown), ``grant_bytes``, ``alone`` (ran with no other job on the
-  device), ``reference_peak_bytes`` (CUDA: the reference's measured peak), ``peak_bytes`` (CUDA: the
+  was admitted with, None when unknown), ``grant_bytes``, ``budget_bytes``, ``admission_wait_s``,
+  ``alone`` (ran with no other job on the device), ``alone_reason`` (``no estimate``, ``need > half the
+  budget``, ``retry after <error_class>``; None when shared), ``reference_peak_bytes`` (CUDA: the reference's measured peak), ``peak_bytes`` (CUDA: the
   job's peak ``max_memory_allocated``).
 - ``early_stopped`` (bool, when timing ran): True when ``EvalJob.stop_above_ms`` stopped the timing
   after its first repetitions; ``median_ms``/``p20_ms``/``p80_ms``/``eager_ms`` then cover those only.

@@ -51,6 +51,14 @@ class Worker:
             from ._timing import L2Flush
 
             self.flush = L2Flush(self.device)
+            # What every job's state snapshot imports (torch._dynamo, torch.profiler: seconds on a cold
+            # process), imported here, while the pool starts: paid inside the first job's load phase, 8
+            # fresh workers of a pool spent ~4 s each on it (bench_sandbox: load 4.09 s vs 0.52 s).
+            from ._guard import _settle_lazy_patches
+
+            t0 = time.perf_counter()
+            _settle_lazy_patches()
+            self.warmup_s = round(time.perf_counter() - t0, 3)
         else:
             self.device = torch.device("cpu")
             self.flush = None
@@ -69,7 +77,7 @@ class Worker:
 
         self.info = {"pid": os.getpid(), "home": str(self.home), "device": device_name(str(self.device)),
                      "versions": versions(), "kind": self.device_kind,
-                     "gpu_total_bytes": getattr(self, "total_bytes", None)}
+                     "gpu_total_bytes": getattr(self, "total_bytes", None), "warmup_s": getattr(self, "warmup_s", None)}
         self.reading = False
         self.threads = set(threading.enumerate())
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kernellab.sandbox import EvalJob, Limits, LocalExecutor, SandboxError, evaluate, is_infra
 from kernellab.sandbox._executor import BREAKER_FAILURES
-from kernellab.sandbox._gpu import MemoryBudget, RWLock, TooBig, estimate, estimate_bytes
+from kernellab.sandbox._gpu import MemoryBudget, RWLock, TooBig, estimate, estimate_bytes, retry_admission
 
 from kernellab import Problem
 
@@ -133,8 +133,10 @@ def test_estimate_from_the_meta_device():
     ''')
     est, floor = estimate(Problem(name="meta", source=src), small=False)
     four_mib = 4 << 20
-    # 2 x params + 6 x inputs + 4 x outputs + poison (4 x (in + out)) + 256 MiB overhead
-    assert est == 2 * four_mib + 6 * 4 * four_mib + 4 * 4 * four_mib + 4 * 8 * four_mib + (256 << 20)
+    # 2 x params + 6 x inputs + 4 x outputs + poison (4 x (in + out)) + the fingerprint's three int64
+    # temporaries of the input's elements (4 Mi of them: one chunk) + 256 MiB overhead
+    assert est == (2 * four_mib + 6 * 4 * four_mib + 4 * 4 * four_mib + 4 * 8 * four_mib + 24 * (4 << 20)
+                   + (256 << 20))
     assert floor == four_mib + 4 * four_mib + 4 * four_mib  # params, inputs, outputs
     bad = src.replace("return x * self.w", "return x[: int(x.sum().item()) % 3]")  # data-dependent
     assert estimate_bytes(Problem(name="meta2", source=bad), small=False) is None
@@ -178,7 +180,9 @@ def test_a_job_larger_than_the_old_per_worker_cap_runs_alone_and_one_too_big_is_
         r = evaluate(p, RELU, trials=2, timing=False, executor=ex)
         assert r["status"] == "correct", r["error_text"]
         mem = r["details"]["memory"]
-        assert mem["alone"] is True and mem["need_bytes"] == need and mem["grant_bytes"] == ex.gpu_bytes
+        # admitted at twice the estimate (no reference peak measured): alone all the more
+        assert mem["alone"] is True and mem["need_bytes"] == 2 * need and mem["grant_bytes"] == ex.gpu_bytes
+        assert mem["alone_reason"] == "need > half the budget" and mem["budget_bytes"] == ex.gpu_bytes
         assert not is_infra(r)
     finally:
         ex.shutdown()
@@ -209,7 +213,8 @@ def test_a_small_job_shares_the_device():
     try:
         r = evaluate(p, RELU, trials=1, timing=False, executor=ex)
         assert r["status"] == "correct" and r["details"]["memory"]["alone"] is False
-        assert r["details"]["memory"]["grant_bytes"] == need
+        # no peak measured (the CPU measures none): twice the estimate, which shares half the budget
+        assert r["details"]["memory"]["grant_bytes"] == 2 * need and r["details"]["memory"]["alone_reason"] is None
         # the job's wall time by phase, as the executor saw it: each phase the job went through, no other
         ph = r["details"]["phase_s"]
         assert {"reference", "load", "compile", "follow", "kernel_share"} <= set(ph), ph
@@ -366,8 +371,56 @@ def test_a_problem_without_an_estimate_runs_alone_and_says_why():
     try:
         r = evaluate(p, RELU.replace("torch.relu(x * 2.0) + 1.0", "x * 1.0"), trials=1, timing=False, executor=ex)
         mem = r["details"]["memory"]
-        assert mem["alone"] is True and mem["need_bytes"] is None, mem
+        assert mem["alone"] is True and mem["need_bytes"] is None and mem["alone_reason"] == "no estimate", mem
         assert mem["estimate_error"] and "meta" in mem["estimate_error"].lower(), mem
         assert mem["admission_wait_s"] >= 0
+    finally:
+        ex.shutdown()
+
+
+# -- retries after running out of memory while sharing ---------------------------------------------
+GB = 10**9
+
+
+def test_retry_after_a_shared_out_of_memory_doubles_the_grant_and_keeps_sharing():
+    # bench_sandbox on an H200: every pool job's first attempt ran out of its 1.2 GB grant, and each
+    # retry took the whole 135 GB budget alone, one after another (8 jobs: 0.59x of sequential)
+    budget = 135 * GB
+    assert retry_admission("oom", False, "cuda", False, int(1.2 * GB), budget, 1) == (False, int(2.4 * GB), None)
+    assert retry_admission("infra:oom", True, "cuda", False, int(1.2 * GB), budget, 1) == (False, int(2.4 * GB), None)
+    # out of memory again while sharing: alone, so an oom verdict is only ever given with the whole device
+    assert retry_admission("oom", False, "cuda", False, int(2.4 * GB), budget, 2) == (True, None, "retry after oom")
+    # twice the grant is more than half the budget: alone at once
+    assert retry_admission("oom", False, "cuda", False, 40 * GB, budget, 1) == (True, None, "retry after oom")
+    # alone already: the candidate's oom is its verdict; ours is retried once (alone), then stands
+    assert retry_admission("oom", False, "cuda", True, budget, budget, 1) is None
+    assert retry_admission("infra:oom", True, "cuda", True, budget, budget, 1) == (True, None, "retry after infra:oom")
+    assert retry_admission("infra:oom", True, "cuda", True, budget, budget, 2) is None
+    # a bug of ours: once, alone; a candidate's failure or an unretried infra class: never
+    assert retry_admission("sandbox", True, "cuda", False, GB, budget, 1) == (True, None, "retry after sandbox")
+    assert retry_admission("sandbox", True, "cuda", True, budget, budget, 2) is None
+    assert retry_admission("runtime", False, "cuda", False, GB, budget, 1) is None
+    assert retry_admission("infra:too_big", True, "cuda", False, GB, budget, 1) is None
+    # on the CPU a candidate's MemoryError is its own address-space limit, never retried
+    assert retry_admission("oom", False, "cpu", False, GB, budget, 1) is None
+
+
+def test_pool_retries_a_shared_out_of_memory_sharing_with_twice_the_grant_and_learns_it():
+    # the reference's own allocation fails (infra:oom) under a budget with room for 8 such jobs: the
+    # first retry shares with twice the grant, the second runs alone; the problem's next job starts
+    # with the doubled grant. Before, the first retry already took the whole budget alone.
+    p = _tiny("ref_oom_shared", forward="return x + torch.empty(4 << 30, dtype=torch.float32)[:1].sum() * 0")
+    need = estimate_bytes(p, small=True)
+    ex = LocalExecutor(cpu_workers=1, gpu_bytes=need * 8)
+    try:
+        r = evaluate(p, RELU, trials=1, timing=False, executor=ex)
+        assert (r["status"], r["error_class"]) == ("crash", "infra:oom"), (r["error_class"], r["error_text"])
+        tries = r["details"]["retries"]
+        assert [(t["error_class"], t["grant_bytes"], t["alone"]) for t in tries] == [
+            ("infra:oom", 2 * need, False), ("infra:oom", 4 * need, False)], tries
+        mem = r["details"]["memory"]
+        assert mem["alone"] is True and mem["alone_reason"] == "retry after infra:oom", mem
+        assert r["details"]["retried_after"]["error_class"] == "infra:oom"
+        assert ex._need(p, True)[0] == 4 * need  # the next job of the problem is admitted with it
     finally:
         ex.shutdown()

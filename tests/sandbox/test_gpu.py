@@ -185,3 +185,33 @@ def test_timing_warm_up_waits_for_each_call():
     reps = t["slow"]["reps"]
     assert t["slow"]["median_ms"] > 1.0 and reps < GPU_MAX_REPS
     assert calls["n"] - reps <= 1 + 3 + 30, (calls["n"], reps)  # first call, 3 warm-ups, at most ~30 ms more
+
+
+def test_a_pool_of_new_gemm_candidates_shares_the_gpu():
+    """bench_sandbox's pool on an H200: 8 new Triton candidates of gemm_bias_gelu (4096x2048 -> 4096) were
+    each admitted alone, one after another (0.59x of one worker), because every first attempt ran out of
+    its grant and was retried with the whole device; and each fresh worker's first load took ~4 s
+    (torch._dynamo imported inside the job). Now: every job shares the GPU on its first attempt, says why
+    when it does not, and loads in a fraction of that."""
+    import re
+
+    from kernellab.sandbox import LocalExecutor
+
+    from kernellab import Problem
+
+    src = re.sub(r"^in_features = \d+", "in_features = 2048", GEMM.read_text(), flags=re.M)
+    p = Problem(name="gemm_bias_gelu_4096x2048x4096", source=src)
+    cand = CAND.read_text()
+    cache = DictCache()
+    with LocalExecutor(workers_per_gpu=4) as ex:
+        assert ex.start("cuda") >= 4
+        futs = [ex.submit(EvalJob(p, cand + f"\n# pool job {i}\n", store=cache)) for i in range(4)]
+        results = [f.result() for f in futs]
+    for r in results:
+        mem = r["details"].get("memory") or {}
+        seen = {k: mem.get(k) for k in ("budget_bytes", "need_bytes", "grant_bytes", "alone", "alone_reason",
+                                        "reference_peak_bytes", "peak_bytes")}
+        assert r["status"] == "correct", (r["error_class"], r["error_text"], seen)
+        assert mem["alone"] is False and not r["details"].get("retries"), (seen, r["details"].get("retries"))
+        assert mem["peak_bytes"] <= mem["grant_bytes"], seen
+        assert r["details"]["phase_s"].get("load", 0.0) < 2.5, r["details"]["phase_s"]

@@ -1,0 +1,80 @@
+"""A campaign's own steps are timed: a ``step`` event each, a progress line for a slow one, and a sum by
+step from the store (``kernellab.campaign.step_times``, ``experiments/campaign_steps.py``)."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from kernellab.agents import graph
+from kernellab.store import Store
+from rich.console import Console
+
+from kernellab.campaign import CampaignConfig, format_step_times, run_campaign, start_campaign, step_times
+from kernellab.progress import Progress
+
+ROOT = Path(__file__).resolve().parents[2]
+AFFINE = ROOT / "tests" / "agents" / "affine_problem.py"
+
+
+@pytest.mark.slow
+def test_a_cpu_campaign_records_the_seconds_of_each_step(tmp_path: Path, monkeypatch, capsys) -> None:
+    # every step counts as slow here, so each one also prints its progress line
+    monkeypatch.setattr(graph, "SLOW_STEP_S", 0.0)
+    db = tmp_path / "k.db"
+    store = Store(db)
+    cfg = CampaignConfig(problems=[str(AFFINE)], budget=2, width=2, trials=2, tune_trials=1, debug_rounds=0,
+                         inductor_seed=True)
+    cid = start_campaign(store, cfg, name="steps")
+    buf = io.StringIO()
+    with Progress(console=Console(file=buf, width=200), plain=True) as prog:
+        run_campaign(store, cid, progress=prog)
+    events = [e["payload"] for e in store.events(cid, "step")]
+    by = {}
+    for p in events:
+        by.setdefault(p["step"], []).append(p)
+        assert p["seconds"] >= 0 and isinstance(p["seconds"], float)
+    assert {"plan", "reference", "code", "evaluate", "profile", "analyze", "retime"} <= set(by), sorted(by)
+    assert all(p["problem"] == "affine_problem" for s in ("plan", "code", "evaluate") for p in by[s])
+    # the Inductor seed's torch.compile subprocess is a step of its own, named
+    inductor = [p for p in by["code"] if p.get("label") == "Inductor seed"]
+    assert len(inductor) == 1 and inductor[0]["seconds"] > 0.5, by["code"]
+    ref = by["reference"][0]
+    assert ref["within"] == "plan" and ref["label"] == "reference profile"
+    # the evaluations' wall seconds by sandbox phase, summed over the step's jobs
+    phases = by["evaluate"][0]["phases"]
+    assert {"reference", "load", "compile"} <= set(phases) and all(v >= 0 for v in phases.values()), phases
+    assert by["evaluate"][0]["candidates"] == 2
+    if "tune" in by:  # a candidate with a SPACE was correct: its trials are counted
+        assert by["tune"][0]["trials"] >= 1
+
+    out = buf.getvalue()
+    assert out.index("compiling the Inductor seed (torch.compile)") < out.index("Inductor seed compiled in"), out
+    assert "2 evaluation(s) in" in out and "time by step: " in out, out
+
+    summary = step_times(store, "steps")
+    steps = {r["step"]: r for r in summary["steps"]}
+    assert "reference" not in steps  # inside plan's own seconds: counted once
+    assert steps["evaluate"]["count"] == len(by["evaluate"])
+    assert steps["code"]["seconds"] == pytest.approx(sum(p["seconds"] for p in by["code"]), abs=0.01)
+    parts = {(r["step"], r["label"]): r for r in summary["parts"]}
+    assert parts[("code", "Inductor seed")]["seconds"] == pytest.approx(inductor[0]["seconds"], abs=0.01)
+    assert ("plan", "reference profile") in parts
+    assert summary["evaluation_phases"]["reference"] > 0
+    text = format_step_times(summary)
+    assert "Inductor seed" in text and "evaluations by sandbox phase" in text
+    store.close()
+
+    sys.path.insert(0, str(ROOT / "experiments"))
+    try:
+        import campaign_steps
+    finally:
+        sys.path.remove(str(ROOT / "experiments"))
+    capsys.readouterr()
+    assert campaign_steps.main(["steps", "--db", str(db), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == summary["steps"]
+    assert campaign_steps.main(["nope", "--db", str(db)]) == 2
+    assert "no campaign" in capsys.readouterr().err
