@@ -283,6 +283,29 @@ def test_the_only_worker_killed_for_good_ends_the_bench_with_infra_results_and_a
     assert {e["candidate_id"] for e in infra} <= judged
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_a_task_the_scheduler_gives_up_on_is_an_infra_result_not_a_verdict_nor_a_hang(tmp_path: Path) -> None:
+    """``allowed-failures`` 0: the first death of a worker under a job makes the scheduler err its task with
+    KilledWorker. The job is answered as the infrastructure result ``sandbox`` (no verdict on the candidate), the
+    bench ends, and the candidate is evaluated once: by its campaign again, or by a resumed bench."""
+    import dask
+
+    db = tmp_path / "killed.db"
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):  # read by the in-process scheduler
+        ex = DaskExecutor("local:1")
+    result, killed = _run_killing_a_worker(tmp_path, ex, KW, db)
+    with sqlite3.connect(db) as c:
+        infra = [json.loads(p) for (p,) in c.execute("select payload_json from events where kind = 'infra'")]
+    assert any(e["error_class"] == "sandbox" and "KilledWorker" in e["error_text"] for e in infra), infra
+    assert not _duplicates(db)
+    if not result["complete"]:  # the campaign stopped before evaluating it again: a resumed bench does
+        result, _, _ = run_bench(str(_suite(tmp_path)), Store(db), KW, out_dir=tmp_path / "out2",
+                                 executor_factory=lambda: DaskExecutor("local:1"), jobs=2)
+    assert result["complete"] and result["summary"]["correct"] == 2, result["problems"]
+    assert not _duplicates(db) and not _unevaluated(db)
+
+
 def test_a_job_for_a_kind_of_worker_the_cluster_lacks_is_answered_as_infra_within_the_bound(
         scheduler: str, problem) -> None:
     """No worker at all: the job is answered (a breaker, no verdict) after ``worker_wait_s``, not raised from
