@@ -447,11 +447,13 @@ class DaskExecutor(Executor):
     def _wait(self, dfut: Any, kind: str) -> Any:
         """``dfut``'s result, or :class:`SandboxError` once the cluster has had no worker of ``kind`` for
         ``worker_wait_s`` (the same bound as the jobs', for a task outside them)."""
+        from distributed import TimeoutError as DaskTimeout  # asyncio's, not the builtin, before Python 3.11
+
         missing: float | None = None
         while True:
             try:
                 return dfut.result(timeout=WATCH_S)
-            except TimeoutError:
+            except (TimeoutError, DaskTimeout):
                 pass
             now = time.monotonic()
             if self._capable()[kind]:

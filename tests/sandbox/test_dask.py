@@ -306,6 +306,32 @@ def test_a_task_the_scheduler_gives_up_on_is_an_infra_result_not_a_verdict_nor_a
     assert not _duplicates(db) and not _unevaluated(db)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_task_outside_the_jobs_waits_for_its_worker_within_the_bound_too(scheduler: str) -> None:
+    """What ``profile`` waits on: a task's result while its worker lives, and SandboxError once the cluster has had
+    no worker of its kind for ``worker_wait_s`` (before: ``.result()`` with no bound)."""
+    from kernellab.sandbox._dask import CPU_SLOT
+
+    procs = [_worker_without_nanny(scheduler, "lone")]
+    ex = DaskExecutor(scheduler, worker_wait_s=3)
+    try:
+        ex.client.wait_for_workers(1, timeout=120)
+        assert ex._wait(ex.client.submit(sum, [1, 2], resources={CPU_SLOT: 1}, pure=False), "cpu") == 3
+        dfut = ex.client.submit(time.sleep, 600, resources={CPU_SLOT: 1}, pure=False)
+        deadline = time.monotonic() + 60
+        while dfut.key not in str(ex.client.processing()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.kill(procs[0].pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(SandboxError, match="no CPU worker for"):
+            ex._wait(dfut, "cpu")
+        assert time.monotonic() - t0 < 30
+    finally:
+        ex.shutdown()
+        _stop(procs)
+
+
 def test_a_job_for_a_kind_of_worker_the_cluster_lacks_is_answered_as_infra_within_the_bound(
         scheduler: str, problem) -> None:
     """No worker at all: the job is answered (a breaker, no verdict) after ``worker_wait_s``, not raised from
