@@ -192,6 +192,16 @@ def test_a_worker_killed_mid_job_loses_and_duplicates_no_evaluation(tmp_path: Pa
     assert _statuses(db) == _statuses(local_db)
 
 
+@pytest.mark.slow
+def test_the_only_worker_killed_mid_job_is_restarted_by_its_nanny_and_takes_the_job_again(tmp_path: Path,
+                                                                                         local_bench) -> None:
+    """The one-GPU host's case on the CPU: one worker (two slots) under its nanny; killed, it comes back (a new
+    address, its resources and the kernellab plugin registered again) and the scheduler gives it the job."""
+    local_db, local_result = local_bench
+    result, db, _ = _bench_killing_a_worker(tmp_path, DaskExecutor("local:1", slots=2), KW)
+    assert _verdicts(result) == _verdicts(local_result)
+
+
 @pytest.mark.gpu
 def test_gpu_worker_killed_mid_bench_loses_and_duplicates_no_evaluation(tmp_path: Path) -> None:
     """The same on the GPU host's cluster (one worker per GPU; with one GPU its worker is restarted by its nanny
