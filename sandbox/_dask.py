@@ -15,9 +15,15 @@ the cached torch.compile baselines of the job's problem with it, and a baseline 
 back in the result (``details._baseline_puts``) and is written by the coordinator.
 
 Lost workers. A Dask worker that dies mid-job (its process killed, its host gone) has its task run again on
-another worker by the scheduler (``distributed.scheduler.allowed-failures``); the coordinator sees one result
-per job id and sets its future once, so the campaign writes that evaluation once. A job whose workers kept
-dying comes back as an infrastructure result (``sandbox``), never as the candidate's verdict.
+another worker, or on the same one once its nanny has restarted it, by the scheduler
+(``distributed.scheduler.allowed-failures``); the coordinator sees one result per job id and sets its future
+once, so the campaign writes that evaluation once. A job whose workers kept dying comes back as an
+infrastructure result (``sandbox``), never as the candidate's verdict. No wait on the cluster is unbounded:
+a task whose kind of worker is gone (killed with no nanny to restart it, its host lost, the scheduler
+unreachable) would sit in the scheduler's ``no-worker`` state for ever, so the coordinator watches the
+cluster and answers every job of that kind, after ``worker_wait_s`` without such a worker, with the
+infrastructure result ``worker_start`` (``details.breaker``: the campaign stops, saved, and a resumed one
+evaluates the candidate again); a job submitted while none is there gets the same answer.
 
     kernellab worker --scheduler tcp://HOST:8786          # one per GPU of each GPU host
     kernellab bench SUITE --cluster tcp://HOST:8786       # the coordinator
@@ -53,8 +59,10 @@ __all__ = ["DaskExecutor", "KernellabPlugin", "start_worker", "GPU_SLOT", "CPU_S
 GPU_SLOT = "kernellab-gpu-slot"
 CPU_SLOT = "kernellab-cpu-slot"
 PLUGIN = "kernellab-executor"
-# how long ``submit`` waits for a worker of the job's kind to join (a restarted worker, a cluster starting)
+# how long a job waits for a worker of its kind (a worker restarting after a crash, a cluster starting) before it
+# is answered as an infrastructure failure; the coordinator looks at the cluster every WATCH_S while jobs are out
 WORKER_WAIT_S = 120.0
+WATCH_S = 1.0
 
 
 def _problem_data(p: Problem) -> dict:
@@ -240,15 +248,21 @@ class DaskExecutor(Executor):
     ``slots``: jobs per worker at once, for a local cluster (a remote worker's come from ``kernellab worker
     --slots``). ``progress``: a :class:`kernellab.progress.Progress` shown the cluster's workers, GPUs and jobs in
     flight. ``timeout``: seconds to reach the scheduler (default: Dask's ``distributed.comm.timeouts.connect``).
+    ``worker_wait_s``: how long a job waits while the cluster has no worker of its kind before it is answered
+    as an infrastructure failure (``worker_start``, a breaker: see the module docstring).
     """
 
     def __init__(self, cluster: str = "local", *, slots: int = 1, limits: Limits | None = None,
-                 gpu_bytes: int | None = None, progress: Any = None, timeout: float | None = None) -> None:
+                 gpu_bytes: int | None = None, progress: Any = None, timeout: float | None = None,
+                 worker_wait_s: float = WORKER_WAIT_S) -> None:
         from distributed import Client
 
         address, n = parse_cluster(cluster)
         if slots < 1:
             raise SandboxError(f"slots must be at least 1, got {slots}")
+        if not worker_wait_s > 0:
+            raise SandboxError(f"worker_wait_s must be a positive number of seconds, got {worker_wait_s!r}")
+        self.worker_wait_s = float(worker_wait_s)
         self.limits = limits or Limits()
         self.progress = progress
         self._cluster = _local_cluster(n, slots) if address == "local" else None
@@ -261,10 +275,14 @@ class DaskExecutor(Executor):
             raise SandboxError(f"no Dask scheduler reachable at {address}: {exc}") from None
         self.client.register_plugin(KernellabPlugin(slots=slots, gpu_bytes=gpu_bytes), name=PLUGIN)
         self._lock = threading.Lock()
-        self._pending: dict[str, tuple[Any, cf.Future]] = {}
+        # job id -> (Dask future, the caller's future, the job, its device kind)
+        self._pending: dict[str, tuple[Any, cf.Future, EvalJob, str]] = {}
         self._delivered: set[str] = set()
         self._baselines: dict[str, dict[str, dict]] = {}  # problem id -> key -> row (this session's)
         self._closed = False
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, daemon=True, name="kernellab-dask-watch")
+        self._watcher.start()
         self._show()
 
     # -- the cluster -----------------------------------------------------------------------------------------
@@ -288,24 +306,29 @@ class DaskExecutor(Executor):
             return
         self.progress.update(cluster=f"{s['workers']} workers ({s['gpus']} GPUs), {s['in_flight']} jobs in flight")
 
-    def require(self, device: str | None, wait_s: float = WORKER_WAIT_S) -> str:
-        """The device kind a job for ``device`` runs on: the one asked for, else CUDA when the cluster has a GPU
-        worker. Waits (up to ``wait_s``) for a worker that can run it; :class:`SandboxError` when none came."""
-        want = device
-        if want is not None and want.startswith("cuda"):
-            want = "cuda"
-        if want not in (None, "cuda", "cpu"):
-            raise SandboxError(f"device must be 'cpu' or 'cuda', not {device!r}")
-        deadline = time.monotonic() + wait_s
-        while True:
+    def _capable(self) -> dict[str, bool]:
+        """Whether the cluster has a worker for each device kind now (none when the scheduler is unreachable:
+        no job can run then either)."""
+        try:
             res = [w.get("resources") or {} for w in self.workers().values()]
-            has = {"cuda": any(r.get(GPU_SLOT) for r in res), "cpu": any(r.get(CPU_SLOT) for r in res)}
+        except Exception:
+            return {"cuda": False, "cpu": False}
+        return {"cuda": any(r.get(GPU_SLOT) for r in res), "cpu": any(r.get(CPU_SLOT) for r in res)}
+
+    def require(self, device: str | None, wait_s: float | None = None) -> str:
+        """The device kind a job for ``device`` runs on: the one asked for, else CUDA when the cluster has a GPU
+        worker. Waits (up to ``wait_s``, default ``worker_wait_s``) for a worker that can run it;
+        :class:`SandboxError` when none came."""
+        want = _wanted(device)
+        deadline = time.monotonic() + (self.worker_wait_s if wait_s is None else wait_s)
+        while True:
+            has = self._capable()
             if want is None and (has["cuda"] or has["cpu"]):
                 return "cuda" if has["cuda"] else "cpu"
             if want is not None and has[want]:
                 return want
             if time.monotonic() > deadline:
-                what = {"cuda": "a GPU worker", "cpu": "a CPU worker", None: "any worker"}[want]
+                what = {"cuda": "GPU worker", "cpu": "CPU worker", None: "worker"}[want]
                 raise SandboxError(f"the Dask cluster has no {what} (start one with `kernellab worker --scheduler "
                                    f"{self.client.scheduler.address}`)")
             time.sleep(0.5)
@@ -313,18 +336,25 @@ class DaskExecutor(Executor):
     # -- jobs ------------------------------------------------------------------------------------------------
     def submit(self, job: EvalJob) -> cf.Future:
         check_job(job, self._closed)
-        kind = self.require(job.device)
+        _wanted(job.device)  # bad input raises; no worker is an answer
+        try:
+            kind = self.require(job.device)
+        except SandboxError as exc:
+            fut: cf.Future = cf.Future()
+            fut.set_running_or_notify_cancel()
+            fut.set_result(_tagged(job, infra_result(job.config, "worker_start", str(exc), breaker=True)))
+            return fut
         small = job.small if job.small is not None else (kind == "cpu")
         job = replace(job, device=kind, small=bool(small), limits=job.limits or self.limits)
         job_id = uuid.uuid4().hex
         data = job_data(job, job_id, self._cached_baselines(job))
-        fut: cf.Future = cf.Future()
+        fut = cf.Future()
         fut.set_running_or_notify_cancel()
         resources = {GPU_SLOT: 1} if kind == "cuda" else {CPU_SLOT: 1}
         dfut = self.client.submit(_remote, data, key=f"kernellab-eval-{job_id}", resources=resources, pure=False,
                                   retries=1)
         with self._lock:
-            self._pending[job_id] = (dfut, fut)
+            self._pending[job_id] = (dfut, fut, job, kind)
         dfut.add_done_callback(lambda d: self._done(job, job_id, d))
         self._show()
         return fut
@@ -372,10 +402,68 @@ class DaskExecutor(Executor):
                     job.store.put_baseline(key, row)
                 except Exception as exc:  # the cache is an optimisation: say so, go on
                     details["baseline_store_error"] = repr(exc)
-        if job.tag is not None:
-            details["tag"] = job.tag
-        fut.set_result(result)
+        fut.set_result(_tagged(job, result))
         self._show()
+
+    def _watch(self) -> None:
+        """Answers the jobs that no worker can take: while jobs are out, looks at the cluster every ``WATCH_S``;
+        once it has had no worker of a job's kind for ``worker_wait_s``, every job of that kind gets the
+        infrastructure result ``worker_start`` (its task cancelled, so a worker joining later does not run it)."""
+        missing_since: dict[str, float] = {}
+        while not self._stop.wait(min(WATCH_S, self.worker_wait_s / 4)):
+            with self._lock:
+                kinds = {entry[3] for entry in self._pending.values()}
+            if not kinds:
+                missing_since.clear()
+                continue
+            has = self._capable()
+            now = time.monotonic()
+            for kind in ("cuda", "cpu"):
+                if kind not in kinds or has[kind]:
+                    missing_since.pop(kind, None)
+                    continue
+                waited = now - missing_since.setdefault(kind, now)
+                if waited >= self.worker_wait_s:
+                    missing_since.pop(kind, None)
+                    self._give_up(kind, waited)
+
+    def _give_up(self, kind: str, waited: float) -> None:
+        with self._lock:
+            lost = [(job_id, e) for job_id, e in self._pending.items() if e[3] == kind]
+            for job_id, _ in lost:
+                del self._pending[job_id]
+                self._delivered.add(job_id)  # a late result of its task is not written again
+        what = "GPU" if kind == "cuda" else "CPU"
+        text = (f"the Dask cluster has had no {what} worker for {waited:.0f} s (its worker was lost and none came "
+                "back): the job was not run")
+        for job_id, (dfut, fut, job, _) in lost:
+            try:
+                dfut.cancel()
+            except Exception:  # the client is gone with the scheduler: nothing left to cancel
+                pass
+            fut.set_result(_tagged(job, infra_result(job.config, "worker_start", text, breaker=True, job_id=job_id)))
+        self._show()
+
+    def _wait(self, dfut: Any, kind: str) -> Any:
+        """``dfut``'s result, or :class:`SandboxError` once the cluster has had no worker of ``kind`` for
+        ``worker_wait_s`` (the same bound as the jobs', for a task outside them)."""
+        from distributed import TimeoutError as DaskTimeout  # asyncio's, not the builtin, before Python 3.11
+
+        missing: float | None = None
+        while True:
+            try:
+                return dfut.result(timeout=WATCH_S)
+            except (TimeoutError, DaskTimeout):
+                pass
+            now = time.monotonic()
+            if self._capable()[kind]:
+                missing = None
+            elif missing is None:
+                missing = now
+            elif now - missing >= self.worker_wait_s:
+                dfut.cancel()
+                raise SandboxError(f"the Dask cluster has had no {'GPU' if kind == 'cuda' else 'CPU'} worker for "
+                                   f"{now - missing:.0f} s")
 
     def profile(self, problem: Problem, source: str, config: dict | None = None, small: bool = False) -> Any:
         """:func:`kernellab.sandbox.profile` on a GPU worker of the cluster, inside that worker's exclusive hold
@@ -385,7 +473,8 @@ class DaskExecutor(Executor):
         data = {"problem": _problem_data(problem), "source": source, "config": config, "small": small}
         try:
             self.require("cuda")
-            out = self.client.submit(_remote_profile, data, resources={GPU_SLOT: 1}, pure=False, retries=1).result()
+            out = self._wait(self.client.submit(_remote_profile, data, resources={GPU_SLOT: 1}, pure=False, retries=1),
+                             "cuda")
         except SandboxError as exc:
             return ProfileResult([], reason=f"profiling skipped: {exc}")
         except Exception as exc:  # profiling is optional: say why, go on
@@ -402,7 +491,8 @@ class DaskExecutor(Executor):
                 return
             self._closed = True
             pending = list(self._pending.items())
-        for job_id, (dfut, fut) in pending:
+        self._stop.set()
+        for job_id, (dfut, fut, _, _) in pending:
             dfut.cancel()
             with self._lock:
                 self._pending.pop(job_id, None)
@@ -414,6 +504,21 @@ class DaskExecutor(Executor):
         finally:
             if self._cluster is not None:
                 self._cluster.close()
+
+
+def _wanted(device: str | None) -> str | None:
+    """The device kind ``device`` asks for (None: any); :class:`SandboxError` for anything else."""
+    if device is not None and device.startswith("cuda"):
+        return "cuda"
+    if device not in (None, "cpu"):
+        raise SandboxError(f"device must be 'cpu' or 'cuda', not {device!r}")
+    return device
+
+
+def _tagged(job: EvalJob, result: dict) -> dict:
+    if job.tag is not None:
+        result.setdefault("details", {})["tag"] = job.tag
+    return result
 
 
 def _remote_profile(data: dict) -> dict:

@@ -121,9 +121,9 @@ def test_two_worker_cluster_bench_gives_the_local_executors_statuses(tmp_path: P
     assert max(flights) >= 2 and flights[-1] == 0, seen
 
 
-def _bench_killing_a_worker(tmp_path: Path, ex: DaskExecutor, kw: dict) -> tuple[dict, Path, dict]:
-    """The tiny bench on ``ex``, SIGKILLing the Dask worker process that runs the first job seen executing."""
-    db = tmp_path / "killed.db"
+def _run_killing_a_worker(tmp_path: Path, ex: DaskExecutor, kw: dict, db: Path) -> tuple[dict, dict]:
+    """The tiny bench on ``ex`` (shut down after it), SIGKILLing the Dask worker process that runs the first job
+    seen executing; the bench's result and what was killed (``at``: when, monotonic)."""
     killed: dict = {}
 
     def executing(dask_worker) -> list[str]:  # runs in each Dask worker (client.run)
@@ -141,8 +141,14 @@ def _bench_killing_a_worker(tmp_path: Path, ex: DaskExecutor, kw: dict) -> tuple
             for addr, keys in running.items():
                 if keys:
                     time.sleep(1.0)  # well inside the job (a job takes seconds)
+                    try:  # still running it? (a small job on a GPU may be over by now)
+                        keys = [k for k in ex.client.run(executing, workers=[addr])[addr] if k in keys]
+                    except Exception:
+                        return
+                    if not keys:
+                        break
                     os.kill(pids[addr], signal.SIGKILL)
-                    killed.update(worker=addr, pid=pids[addr], keys=keys)
+                    killed.update(worker=addr, pid=pids[addr], keys=keys, at=time.monotonic())
                     return
             time.sleep(0.2)
 
@@ -155,8 +161,18 @@ def _bench_killing_a_worker(tmp_path: Path, ex: DaskExecutor, kw: dict) -> tuple
         t.join(timeout=5)
         ex.shutdown()
     assert killed, "no job was seen running to kill its worker"
-    # the bench completed, every candidate has its judged evaluation, none is written twice
-    assert result["complete"], result["problems"]
+    return result, killed
+
+
+def _bench_killing_a_worker(tmp_path: Path, ex: DaskExecutor, kw: dict) -> tuple[dict, Path, dict]:
+    """:func:`_run_killing_a_worker`, and what must hold after it when a worker takes the killed job again."""
+    db = tmp_path / "killed.db"
+    result, killed = _run_killing_a_worker(tmp_path, ex, kw, db)
+    # the bench completed, every candidate has its judged evaluation, none is written twice (when not: the jobs
+    # answered as infrastructure failures say why, e.g. no worker came back within worker_wait_s)
+    with sqlite3.connect(db) as c:
+        infra = [p for (p,) in c.execute("select payload_json from events where kind in ('infra', 'error')")]
+    assert result["complete"], (infra, result["problems"])
     assert not _duplicates(db) and not _unevaluated(db)
     # the killed job itself was run again on another worker (or the restarted one) and recorded once
     job_ids = {k.removeprefix("kernellab-eval-") for k in killed["keys"]}
@@ -176,13 +192,176 @@ def test_a_worker_killed_mid_job_loses_and_duplicates_no_evaluation(tmp_path: Pa
     assert _statuses(db) == _statuses(local_db)
 
 
+@pytest.mark.slow
+def test_the_only_worker_killed_mid_job_is_restarted_by_its_nanny_and_takes_the_job_again(tmp_path: Path,
+                                                                                         local_bench) -> None:
+    """The one-GPU host's case on the CPU: one worker (two slots) under its nanny; killed, it comes back (a new
+    address, its resources and the kernellab plugin registered again) and the scheduler gives it the job."""
+    local_db, local_result = local_bench
+    result, db, _ = _bench_killing_a_worker(tmp_path, DaskExecutor("local:1", slots=2), KW)
+    assert _verdicts(result) == _verdicts(local_result)
+
+
 @pytest.mark.gpu
 def test_gpu_worker_killed_mid_bench_loses_and_duplicates_no_evaluation(tmp_path: Path) -> None:
     """The same on the GPU host's cluster (one worker per GPU; with one GPU its worker is restarted by its nanny
-    and takes the job again)."""
-    kw = {**KW, "device": "cuda", "small": False, "trials": 2}
+    and takes the job again). Small sizes, one trial: the Dask mechanics do not need full-size problems."""
+    kw = {**KW, "device": "cuda", "small": True, "trials": 1}
     result, _, _ = _bench_killing_a_worker(tmp_path, DaskExecutor("local", slots=2), kw)
     assert result["summary"]["correct"] >= 1
+
+
+@pytest.fixture
+def scheduler():
+    """A Dask scheduler in this process with no worker (tests add their own); its address."""
+    from distributed import Scheduler, SpecCluster
+
+    cluster = SpecCluster(workers={}, scheduler={"cls": Scheduler, "options": {"dashboard": False,
+                                                                               "host": "127.0.0.1"}})
+    try:
+        yield cluster.scheduler_address
+    finally:
+        cluster.close()
+
+
+def _worker_without_nanny(address: str, name: str) -> subprocess.Popen:
+    """`kernellab worker`'s worker on the CPU, with no nanny: killed, nothing brings it back."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "DASK_LOGGING__DISTRIBUTED": "warning", "CUDA_VISIBLE_DEVICES": ""}
+    code = ("from kernellab.sandbox._dask import start_worker; "
+            f"start_worker({address!r}, slots=1, name={name!r}, nanny=False)")
+    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGINT)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=30)
+
+
+WAIT = 8.0  # the executor's worker_wait_s in the tests of a worker that never comes back
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_the_only_worker_killed_for_good_ends_the_bench_with_infra_results_and_a_resumed_bench_evaluates_them(
+        tmp_path: Path, scheduler: str) -> None:
+    """What hung: the cluster's only worker SIGKILLed mid-job and nothing restarting it. Its task sat in the
+    scheduler's no-worker state and the bench waited on its future for ever; now, once the cluster has had no
+    worker of the job's kind for ``worker_wait_s``, the job is answered as an infrastructure failure (a breaker:
+    each campaign stops, saved, with no verdict on any candidate), the bench ends, and a bench resumed on a cluster
+    with a worker again evaluates every candidate, each once."""
+    db = tmp_path / "killed.db"
+    procs = [_worker_without_nanny(scheduler, "lone")]
+    try:
+        ex = DaskExecutor(scheduler, worker_wait_s=WAIT)
+        ex.client.wait_for_workers(1, timeout=120)
+        result, killed = _run_killing_a_worker(tmp_path, ex, KW, db)
+        took = time.monotonic() - killed["at"]
+        # each of the two campaigns: its jobs out when the worker died answered after WAIT, or its next submit's
+        # wait for a worker (WAIT), then it stops
+        assert took < 2 * WAIT + 60, took
+        assert not result["complete"] and result["summary"]["finished"] < 2, result["problems"]
+        assert not _duplicates(db)
+        with sqlite3.connect(db) as c:
+            infra = [json.loads(p) for (p,) in c.execute("select payload_json from events where kind = 'infra'")]
+            status = {s for (s,) in c.execute("select status from campaigns")}
+        assert infra and {e["error_class"] for e in infra} == {"worker_start"}, infra
+        assert any("no CPU worker" in e["error_text"] for e in infra), infra
+        assert "done" not in status, status
+        # no verdict on the candidates whose jobs were lost
+        with sqlite3.connect(db) as c:
+            judged = {cid for (cid,) in c.execute("select candidate_id from evaluations where kind = 'full'")}
+        assert not {e["candidate_id"] for e in infra} & judged
+
+        procs.append(_worker_without_nanny(scheduler, "second"))
+        ex2 = DaskExecutor(scheduler, worker_wait_s=120)
+        ex2.client.wait_for_workers(1, timeout=120)
+        again, _, _ = run_bench(str(_suite(tmp_path)), Store(db), KW, out_dir=tmp_path / "out2",
+                                executor_factory=lambda: ex2, jobs=2)
+    finally:
+        _stop(procs)
+    assert again["complete"] and again["summary"]["correct"] == 2, again["problems"]
+    assert not _duplicates(db) and not _unevaluated(db)
+    with sqlite3.connect(db) as c:
+        judged = {cid for (cid,) in c.execute("select candidate_id from evaluations where kind = 'full'")}
+    assert {e["candidate_id"] for e in infra} <= judged
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_a_task_the_scheduler_gives_up_on_is_an_infra_result_not_a_verdict_nor_a_hang(tmp_path: Path) -> None:
+    """``allowed-failures`` 0: the first death of a worker under a job makes the scheduler err its task with
+    KilledWorker. The job is answered as the infrastructure result ``sandbox`` (no verdict on the candidate), the
+    bench ends, and the candidate is evaluated once: by its campaign again, or by a resumed bench."""
+    import dask
+
+    db = tmp_path / "killed.db"
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):  # read by the in-process scheduler
+        ex = DaskExecutor("local:1")
+    result, killed = _run_killing_a_worker(tmp_path, ex, KW, db)
+    with sqlite3.connect(db) as c:
+        infra = [json.loads(p) for (p,) in c.execute("select payload_json from events where kind = 'infra'")]
+    assert any(e["error_class"] == "sandbox" and "KilledWorker" in e["error_text"] for e in infra), infra
+    assert not _duplicates(db)
+    if not result["complete"]:  # the campaign stopped before evaluating it again: a resumed bench does
+        result, _, _ = run_bench(str(_suite(tmp_path)), Store(db), KW, out_dir=tmp_path / "out2",
+                                 executor_factory=lambda: DaskExecutor("local:1"), jobs=2)
+    assert result["complete"] and result["summary"]["correct"] == 2, result["problems"]
+    assert not _duplicates(db) and not _unevaluated(db)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_task_outside_the_jobs_waits_for_its_worker_within_the_bound_too(scheduler: str) -> None:
+    """What ``profile`` waits on: a task's result while its worker lives, and SandboxError once the cluster has had
+    no worker of its kind for ``worker_wait_s`` (before: ``.result()`` with no bound)."""
+    from kernellab.sandbox._dask import CPU_SLOT
+
+    procs = [_worker_without_nanny(scheduler, "lone")]
+    ex = DaskExecutor(scheduler, worker_wait_s=3)
+    try:
+        ex.client.wait_for_workers(1, timeout=120)
+        assert ex._wait(ex.client.submit(sum, [1, 2], resources={CPU_SLOT: 1}, pure=False), "cpu") == 3
+        dfut = ex.client.submit(time.sleep, 600, resources={CPU_SLOT: 1}, pure=False)
+        deadline = time.monotonic() + 60
+        while dfut.key not in str(ex.client.processing()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.kill(procs[0].pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(SandboxError, match="no CPU worker for"):
+            ex._wait(dfut, "cpu")
+        assert time.monotonic() - t0 < 30
+    finally:
+        ex.shutdown()
+        _stop(procs)
+
+
+def test_a_job_for_a_kind_of_worker_the_cluster_lacks_is_answered_as_infra_within_the_bound(
+        scheduler: str, problem) -> None:
+    """No worker at all: the job is answered (a breaker, no verdict) after ``worker_wait_s``, not raised from
+    ``submit`` nor left waiting; a bad device is still an error."""
+    prob = problem("tiny_relu")
+    src = prob.source.replace("class Model", "class ModelNew")
+    ex = DaskExecutor(scheduler, worker_wait_s=2)
+    try:
+        t0 = time.monotonic()
+        r = ex.submit(EvalJob(prob, src, device="cpu", trials=1, tag={"n": 1})).result(timeout=60)
+        assert time.monotonic() - t0 < 30
+        assert r["status"] == "crash" and r["error_class"] == "worker_start", r
+        assert r["details"]["infra"] and r["details"]["breaker"] and r["details"]["tag"] == {"n": 1}
+        assert "the Dask cluster has no CPU worker" in r["error_text"], r["error_text"]
+        with pytest.raises(SandboxError, match="device must be"):
+            ex.submit(EvalJob(prob, src, device="tpu"))
+        with pytest.raises(SandboxError, match="worker_wait_s"):
+            DaskExecutor(scheduler, worker_wait_s=0)
+    finally:
+        ex.shutdown()
 
 
 @pytest.mark.slow
@@ -292,20 +471,21 @@ def test_gpu_cluster_one_worker_per_gpu_timing_exclusive_baseline_cached_remotel
     the other worker gets it from the coordinator instead of measuring it again."""
     import torch
 
-    p = problem("big_relu")
+    p = problem("tiny_relu")  # small sizes, one trial: the mechanics, not the problem, are under test
     src = (Path(__file__).parent / "adversarial" / "correct_triton.py").read_text()
     store = Store(tmp_path / "g.db")
     ex = DaskExecutor("local", slots=4)
     try:
         st = ex.state()
         assert st["workers"] == st["gpus"] == torch.cuda.device_count()
-        r1 = ex.submit(EvalJob(p, src, trials=2, store=store)).result()
+        r1 = ex.submit(EvalJob(p, src, trials=1, small=True, store=store)).result(timeout=300)
         assert r1["status"] == "correct" and not r1["interpreted"] and r1["speedup_compile"], r1["error_text"]
         assert r1["details"].get("baseline_cached_by_coordinator")
         with sqlite3.connect(store.path) as c:
             assert c.execute("select count(*) from baselines where problem_id = ?", [p.id]).fetchone()[0] == 1
-        futs = [ex.submit(EvalJob(p, src + f"\n# variant {i}\n", trials=2, store=store)) for i in range(4 * st["gpus"])]
-        rs = [f.result() for f in futs]
+        futs = [ex.submit(EvalJob(p, src + f"\n# variant {i}\n", trials=1, small=True, store=store))
+                for i in range(4 * st["gpus"])]
+        rs = [f.result(timeout=300) for f in futs]
         assert all(r["status"] == "correct" and r["compile_ms"] == r1["compile_ms"] for r in rs), rs
         assert not any(r["details"].get("baseline_cached_by_coordinator") for r in rs)  # nobody measured it again
         by_worker: dict[str, list] = {}
