@@ -657,6 +657,19 @@ class LocalExecutor(Executor):
             key = content_hash(job.problem.id, w.info["device"], json.dumps(vkey, sort_keys=True), str(job.small),
                                job.problem.mode)
             bl_fut, need = self._baseline_future(job, key)
+        try:
+            return self._run_measuring(w, job, gpu, grant, limits, job_id, key, need, bl_fut)
+        except BaseException:
+            # every later job of this problem waits on the baseline this job was to measure: a failure of ours
+            # here must hand the measuring on to the next job, never leave them waiting for good
+            if need and not bl_fut.done():
+                with self._lock:
+                    self._baselines.pop(key, None)
+                bl_fut.set_result(None)
+            raise
+
+    def _run_measuring(self, w: _Worker, job: EvalJob, gpu: str | None, grant: int | None, limits: Limits,
+                       job_id: str, key: str | None, need: bool | None, bl_fut: cf.Future | None) -> tuple[dict, bool]:
         payload = {"job_id": job_id, "problem": job.problem, "source": job.source, "config": job.config,
                    "small": job.small, "trials": job.trials, "timing": job.timing, "need_baseline": need,
                    "max_jobs": self.max_jobs_per_worker, "timing_target_ms": job.timing_target_ms,

@@ -424,3 +424,33 @@ def test_pool_retries_a_shared_out_of_memory_sharing_with_twice_the_grant_and_le
         assert ex._need(p, True)[0] == 4 * need  # the next job of the problem is admitted with it
     finally:
         ex.shutdown()
+
+
+def test_a_failure_of_ours_while_measuring_the_baseline_hands_the_measuring_on():
+    """Every later job of a problem waits on the torch.compile baseline its first GPU job measures. When that job
+    failed in the executor itself (here: the worker's pipe broke on send), the baseline's future stayed unresolved
+    and cached, and every later job of the problem waited for good. The GPU path is driven with a worker whose
+    connection fails, since no CUDA worker can start here."""
+
+    class BrokenConn:
+        def send(self, msg):
+            raise BrokenPipeError("the worker's pipe is gone")
+
+    class CudaWorkerStandIn:
+        kind = "cuda"
+        info = {"versions": {"torch": "x"}, "device": "H200"}
+        conn = BrokenConn()
+
+        def log_size(self):
+            return 0
+
+    ex = LocalExecutor(cpu_workers=1)
+    try:
+        job = EvalJob(_tiny(), "pass", timing=True)
+        with pytest.raises(BrokenPipeError):
+            ex._run(CudaWorkerStandIn(), job, "0")
+        assert ex._baselines == {}  # the next job of the problem measures it
+        fut, need = ex._baseline_future(job, "k")
+        assert need is True
+    finally:
+        ex.shutdown()
