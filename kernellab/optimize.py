@@ -1008,8 +1008,13 @@ def load_model_spec(spec: str, inputs: str | None = None, small: bool | None = N
     """``FILE.py`` (KernelBench format: ``Model``, ``get_inputs``, ``get_init_inputs``; at SMALL sizes when
     ``small``) or ``package.module:attr`` (a module instance, a module class or a factory returning one, built
     with the module's ``get_init_inputs()`` when it has one) with inputs from ``inputs`` (``module:function``)
-    or the module's ``get_inputs``. Returns (model, inputs, name). Raises ``OptimizeError``/``ProblemError``."""
+    or the module's ``get_inputs``; a factory or inputs function with a ``small`` parameter is passed
+    ``small`` (experiments/models/library.py). The current directory is searched for the module, as
+    ``python -m`` does. Returns (model, inputs, name). Raises ``OptimizeError``/``ProblemError``."""
     import importlib
+    import inspect
+    import os
+    import sys
     from pathlib import Path
 
     from kernellab import env
@@ -1026,6 +1031,15 @@ def load_model_spec(spec: str, inputs: str | None = None, small: bool | None = N
         return inst.model, inst.inputs, problem.name
     if ":" not in spec:
         raise OptimizeError(f"{spec}: not a model file (.py) nor package.module:attr")
+
+    if os.getcwd() not in sys.path and "" not in sys.path:  # the console script's sys.path lacks it
+        sys.path.append(os.getcwd())
+
+    def sized(fn: Any) -> dict:
+        try:
+            return {"small": small} if "small" in inspect.signature(fn).parameters else {}
+        except (TypeError, ValueError):  # a builtin without a signature
+            return {}
 
     def resolve(ref: str) -> tuple[types.ModuleType, Any]:
         mod_name, _, attr = ref.partition(":")
@@ -1047,7 +1061,7 @@ def load_model_spec(spec: str, inputs: str | None = None, small: bool | None = N
         torch.manual_seed(0)
         try:
             init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
-            obj = obj(*init)
+            obj = obj(*init, **({} if isinstance(obj, type) else sized(obj)))
         except Exception as exc:
             raise OptimizeError(f"{spec}: building the model raised {type(exc).__name__}: {exc}") from None
         if not isinstance(obj, nn.Module):
@@ -1060,7 +1074,7 @@ def load_model_spec(spec: str, inputs: str | None = None, small: bool | None = N
         raise OptimizeError(f"{spec}: give --inputs module:function (the module has no get_inputs)")
     torch.manual_seed(1)
     try:
-        xs = list(fn())
+        xs = list(fn(**sized(fn)))
     except Exception as exc:
         raise OptimizeError(f"{inputs or spec}: the inputs factory raised {type(exc).__name__}: {exc}") from None
     xs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
