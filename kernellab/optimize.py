@@ -179,8 +179,8 @@ def _exported(unit: Unit, args: tuple, kwargs: dict | None = None) -> tuple[nn.M
                                      {k: _detach(v) for k, v in kwargs.items()}).module()
         # a plain GraphModule, which pickles for the sandbox workers: positional tensor arguments, no
         # guard module (a local function), the output's tensors only
+        ep.graph.set_codegen(torch.fx.graph.CodeGen())  # before the copy: export's holds pytree specs
         g = copy.deepcopy(ep.graph)
-        g.set_codegen(torch.fx.graph.CodeGen())
         for n in list(g.nodes):
             if n.op == "call_module" and n.target == "_guards_fn":
                 g.erase_node(n)
