@@ -259,15 +259,18 @@ def _out_meta(out: Any) -> dict | None:
     return {"spec": treespec_dumps(spec), "consts": consts, "tensors": len(tensors)}
 
 
-def _rebuild(out: Any, meta: dict | None, cache: dict) -> Any:
+_SPECS: dict[str, Any] = {}  # serialised output structure -> TreeSpec (module level: a deepcopy of a TreeSpec warns)
+
+
+def _rebuild(out: Any, meta: dict | None) -> Any:
     """The unit's output structure around the winner's tensors (see :func:`_out_meta`)."""
     if meta is None:
         return out
     from torch.utils._pytree import tree_unflatten, treespec_loads
 
-    spec = cache.get("spec")
+    spec = _SPECS.get(meta["spec"])
     if spec is None:
-        spec = cache["spec"] = treespec_loads(meta["spec"])
+        spec = _SPECS[meta["spec"]] = treespec_loads(meta["spec"])
     tensors = iter([out] if isinstance(out, torch.Tensor) else list(out))
     consts = {int(i): v for i, v in meta["consts"]}
     return tree_unflatten([consts[i] if i in consts else next(tensors) for i in range(spec.num_leaves)], spec)
@@ -608,7 +611,7 @@ class _Fast:
                  names: str = "module", start: int = 0, call: str | None = None, out: dict | None = None):
         self.module, self.signature, self.training, self.device, self.info = module, signature, training, device, info
         # the call's keywords and constants the winner was judged with, and the unit's output structure
-        self.call, self.out, self._spec = call, out, {}
+        self.call, self.out = call, out
         # how the winner's ``inner.<name>`` names the unit's tensors: "module" (the same path in the unit),
         # "leaf" (a leaf traced as ``Sequential(leaf)``: "0.<attr>") or "region" (a slice of a Sequential
         # from ``start``: "<i>.<rest>" is child start+i). No reference to the unit is kept: a cycle through
@@ -662,7 +665,7 @@ class _Fast:
         return self.take(owner, args, kwargs) is not None
 
     def run(self, tensors: list[torch.Tensor]) -> Any:
-        return _rebuild(self.module(*tensors), self.out, self._spec)
+        return _rebuild(self.module(*tensors), self.out)
 
 
 class _PatchedModule(nn.Module):
