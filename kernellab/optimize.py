@@ -200,8 +200,9 @@ def _exported(unit: Unit, args: tuple, kwargs: dict | None = None) -> tuple[nn.M
         g._tracer_cls, g._tracer_extras = None, None  # export's tracer class does not rebuild from a pickle
         gm = torch.fx.GraphModule(ep, g)
     except Exception as exc:
+        what = f"torch.export failed{' too' if unit.reason else ''}" if not isinstance(exc, OptimizeError) else "not a problem"
         unit.reason = (unit.reason + "; " if unit.reason else "") + \
-            f"torch.export failed{' too' if unit.reason else ''} ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+            f"{what} ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
         return None
     return gm, out_meta
 

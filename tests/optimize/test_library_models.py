@@ -54,6 +54,28 @@ def test_keyword_and_constant_arguments_become_one_problem_of_tensors() -> None:
     assert other[1] == task.signature and other[2] != task.call
 
 
+class _Cache:
+    """A cache object, as a decoder passes one: not a constant export can bake in."""
+
+
+class _CacheNet(torch.nn.Module):
+    def __init__(self, block: torch.nn.Module) -> None:
+        super().__init__()
+        self.block, self.head = block, torch.nn.Linear(block.fc.out_features, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(x, cache=_Cache())[0])
+
+
+def test_a_call_with_an_object_argument_stays_pytorch_and_says_why() -> None:
+    model, inputs, _ = opt.load_model_spec(str(HERE / "kwargs_model.py"), device="cpu")
+    net = _CacheNet(model.blocks[0])
+    units = opt.split(net, max_heavy=1)
+    tasks, skipped = opt.make_tasks("cache", units, opt.profile_units(net, inputs[:1], units))
+    assert [t.units[0].label for t in tasks] == ["head"] and [s["unit"] for s in skipped] == ["block"]
+    assert "neither a tensor nor None/bool/int/float/str" in skipped[0]["reason"]
+
+
 @pytest.fixture(scope="module")
 def kw_optimized(tmp_path_factory):
     db = tmp_path_factory.mktemp("kw") / "k.db"
