@@ -114,7 +114,9 @@ def bert(tmp_path_factory):
     _need("transformers")
     db = tmp_path_factory.mktemp("bert") / "k.db"
     model, inputs, name = opt.load_model_spec(f"{LIB}:hf_bert", f"{LIB}:hf_bert_inputs", device="cpu")
-    r = opt.optimize(model, inputs, db=str(db), name=name, budget=4, max_heavy=4, trials=2)
+    # two campaigns of two candidates: the attention's among them whatever the (noisy, shared-CPU) ranking
+    # puts beside it
+    r = opt.optimize(model, inputs, db=str(db), name=name, budget=4, per_problem=2, max_heavy=4, trials=2)
     return model, inputs, r
 
 
@@ -125,10 +127,11 @@ def test_transformers_bert_end_to_end(bert) -> None:
     assert not model.training and r["check"]["mode"] == "eval"
     rows = {tuple(p["units"]): p for p in r["problems"]}
     attention = ("encoder.layer.0.attention", "encoder.layer.1.attention")
-    # the attention, called with the padding mask and keyword constants, is the hottest problem: its two
-    # equal layers one campaign, its winner patched into both
-    assert r["problems"][0]["units"] == list(attention)
-    assert rows[attention]["outcome"] == "ran" and rows[attention]["patched"] == list(attention)
+    # the attention, called with the padding mask and keyword constants, is a problem (before: skipped),
+    # among the two hottest; its two equal layers one campaign, its winner patched into both
+    summary = [(p["units"], round(p["share"], 3), p["outcome"]) for p in r["problems"]]
+    assert attention in [tuple(p["units"]) for p in r["problems"][:2]], summary
+    assert rows[attention]["outcome"] == "ran" and rows[attention]["patched"] == list(attention), summary
     assert r["check"]["ok"] and r["check"]["trials"] == 3
     assert r["timing"]["interpreted"] and r["covered_share"] > 0
     assert not r["skipped"]
