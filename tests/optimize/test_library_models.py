@@ -181,10 +181,10 @@ def test_library_model_on_the_gpu(factory, tmp_path) -> None:
     assert r["check"] is None or r["check"]["ok"], r["check"]
     t = r["timing"]
     assert not t["interpreted"] and t["compile"]["median_ms"] > 0 and t["speedup_vs_compile"] > 0
-    if factory == "hf_bert":
-        units = [u for p in r["problems"] for u in p["units"]]
-        assert "encoder.layer.0.attention" in units and len(units) == len(set(units))
-        assert r["problems"][0]["units"][0].endswith("attention") or r["problems"][0]["share"] > 0
+    if factory == "hf_bert":  # the 12 equal attention layers, called with keywords, are one problem
+        rows = {p["units"][0]: p for p in r["problems"]}
+        assert len(rows["encoder.layer.0.attention"]["units"]) == 12
+        assert not [s for s in r["skipped"] if s["unit"].endswith("attention")], r["skipped"]
     for p in r["problems"]:
         if p["patched"]:
             assert p["winner"]["speedup_eager"] > 1.0
