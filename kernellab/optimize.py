@@ -239,7 +239,18 @@ def _flat_call(args: tuple, kwargs: dict) -> tuple[list[torch.Tensor], tuple, st
     call holds something other than tensors and plain constants."""
     if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
         return list(args), _signature(args), None
-    flat = _flatten((tuple(args), dict(kwargs)))
+    # flat arguments (the usual call) without pytree: a patched unit checks every call, ~4 us not ~16
+    tensors, consts = [], []
+    for i, v in enumerate((*args, *kwargs.values())):
+        if isinstance(v, torch.Tensor):
+            tensors.append(v)
+        elif isinstance(v, _CONSTS):
+            consts.append((i, v))
+        else:
+            break
+    else:
+        return tensors, _signature(tuple(tensors)), f"{len(args)}|{tuple(kwargs)}|{consts!r}"
+    flat = _flatten((tuple(args), dict(kwargs)))  # nested tuples, lists, dicts: pytree's order, export's too
     if flat is None:
         return None
     tensors, consts, spec = flat
