@@ -1,9 +1,14 @@
-"""Whole models on the GPU host: ``kernellab.optimize`` on five KernelBench level-3 models, end to end.
+"""Whole models on the GPU host: ``kernellab.optimize`` on five KernelBench level-3 models and two models
+from real model libraries (a timm ResNet-18 and a transformers BERT-base, random weights), end to end.
 
     PYTHONPATH=. python experiments/bench_optimize.py [--budget 12] [--time-budget 300] [--db optimize.db]
         [--kernelbench ../shared/kernelbench] [--models 1_MLP,4_LeNet5,...] [--out-dir experiments/results]
 
-For each model (a transformer block, CNNs, an MLP): split into subgraphs, one campaign per deduplicated
+``--models`` takes level-3 file stems and ``package.module:factory`` specs, the inputs from
+``package.module:factory_inputs`` or from a spec written ``package.module:factory@package.module:fn``
+(experiments/models/library.py: ``experiments.models.library:timm_resnet``, ``...:hf_bert``); a
+library that is not installed is an error row. For each model (a transformer block, CNNs, an MLP, a
+library ResNet and BERT): split into subgraphs, one campaign per deduplicated
 subgraph with the builtin agents within ``--budget`` candidates and ``--time-budget`` seconds for the
 model, patch the winners back, check the patched model end to end on fresh inputs, and time eager, the
 patched model and torch.compile of the whole model side by side in one process. Writes
@@ -35,22 +40,38 @@ DEFAULT_KB = Path(os.environ.get("KERNELBENCH_DIR") or ROOT.parent / "shared" / 
 # a transformer block, a ResNet block, a whole ResNet, LeNet and an MLP: all split and traced on the CPU
 # (28_VisionTransformer's encoder layers are called with keyword arguments, which optimize leaves alone)
 MODELS = ["44_MiniGPTBlock", "8_ResNetBasicBlock", "9_ResNet18", "4_LeNet5", "1_MLP"]
+# their code, our kernels: eval mode, full size on a GPU (experiments/models/library.py)
+LIBRARY = ["experiments.models.library:timm_resnet", "experiments.models.library:hf_bert"]
 
 
-def run_one(path: Path, args: argparse.Namespace, device: str) -> dict:
-    model, inputs, name = opt.load_model_spec(str(path), device=device)
+def load(item: str, kernelbench: Path, device: str) -> tuple:
+    """A level-3 stem or a ``module:factory[@module:inputs]`` spec: (model, inputs, name, file)."""
+    if ":" not in item:
+        path = kernelbench / "level3" / f"{item}.py"
+        model, inputs, _ = opt.load_model_spec(str(path), device=device)
+        return model, inputs, item, str(path.relative_to(kernelbench))
+    spec, _, inputs = item.partition("@")
+    if not inputs:
+        mod, _, attr = spec.partition(":")
+        inputs = f"{mod}:{attr}_inputs"
+    model, xs, name = opt.load_model_spec(spec, inputs, device=device)
+    return model, xs, name, f"{spec} ({type(model).__module__}.{type(model).__qualname__})"
+
+
+def run_one(item: str, args: argparse.Namespace, device: str) -> dict:
+    model, inputs, name, file = load(item, args.kernelbench, device)
     t0 = time.monotonic()
     r = opt.optimize(model, inputs, db=args.db, name=name, budget=args.budget, time_budget_s=args.time_budget,
                      max_heavy=args.max_heavy, trials=args.trials, device=device,
                      log=lambda s: print(f"  {s}", flush=True))
     r.pop("model")
     r["wall_s"] = time.monotonic() - t0
-    r["file"] = str(path.relative_to(args.kernelbench)) if path.is_relative_to(args.kernelbench) else str(path)
+    r["file"] = file
     return r
 
 
 def markdown(res: dict) -> str:
-    lines = [f"# kernellab optimize: {len(res['models'])} KernelBench level-3 models", "",
+    lines = [f"# kernellab optimize: {len(res['models'])} models (KernelBench level 3, timm, transformers)", "",
              f"device {res['device']} · date {res['date']} · commit {res['versions'].get('commit')} · "
              f"torch {res['versions'].get('torch')} · triton {res['versions'].get('triton')}",
              f"budget per model: {res['budget']} candidates, {res['time_budget_s']} s; builtin agents", "",
@@ -90,7 +111,8 @@ def markdown(res: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernelbench", type=Path, default=DEFAULT_KB)
-    ap.add_argument("--models", default=",".join(MODELS), help="Comma-separated level-3 file stems.")
+    ap.add_argument("--models", default=",".join(MODELS + LIBRARY),
+                    help="Comma-separated level-3 file stems and package.module:factory[@package.module:inputs] specs.")
     ap.add_argument("--budget", type=int, default=12, help="Candidates per model, over all its subgraphs.")
     ap.add_argument("--time-budget", type=float, default=300.0, help="Seconds per model, over all its subgraphs.")
     ap.add_argument("--max-heavy", type=int, default=4)
@@ -99,18 +121,19 @@ def main() -> int:
     ap.add_argument("--out-dir", type=Path, default=ROOT / "experiments" / "results")
     args = ap.parse_args()
     level3 = args.kernelbench / "level3"
-    if not level3.is_dir():
+    items = [m.strip() for m in args.models.split(",") if m.strip()]
+    if any(":" not in m for m in items) and not level3.is_dir():
         print(f"bench_optimize: {level3}: no such folder (set KERNELBENCH_DIR or --kernelbench)", file=sys.stderr)
         return 2
     device = env.default_device()
     models = []
-    for stem in [m.strip() for m in args.models.split(",") if m.strip()]:
-        path = level3 / f"{stem}.py"
-        print(f"{stem}:", flush=True)
+    for item in items:
+        name = item.partition("@")[0].rpartition(":")[2]
+        print(f"{name}:", flush=True)
         try:
-            models.append({"name": stem, **run_one(path, args, device)})
+            models.append({"name": name, **run_one(item, args, device)})
         except Exception as exc:  # one model's failure is a row of the results, not the end of the run
-            models.append({"name": stem, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+            models.append({"name": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
             print(f"  error: {models[-1]['error']}", flush=True)
     ok = [m for m in models if "error" not in m]
     summary = {"correct": sum(1 for m in ok if m["check"] is None or m["check"]["ok"]),

@@ -162,30 +162,130 @@ def _trace(unit: Unit) -> None:
     unit.key = content_hash(*parts)
 
 
-def _exported(unit: Unit, args: tuple) -> nn.Module | None:
+def _exported(unit: Unit, args: tuple, kwargs: dict | None = None) -> tuple[nn.Module, dict | None] | None:
     """``torch.export`` of the unit on its arguments (shapes fixed: a patched unit only runs the
-    winner for these), for a unit torch.fx cannot trace; None when export fails too."""
+    winner for these), for a unit torch.fx cannot trace or one called with keyword or non-tensor
+    arguments; None when export fails too (the reason is added to ``unit.reason``). Returns a plain
+    GraphModule taking the call's tensors (positional, then keyword in call order; the other
+    arguments are constants of the graph) and returning the output's tensors, one alone when there
+    is one, with the output's structure (:func:`_out_meta`) to rebuild it, None for a bare tensor."""
+    kwargs = kwargs or {}
     try:
         with torch.no_grad():
             body = copy.deepcopy(unit.body())
-            out = body(*args)
-            ep = torch.export.export(body, tuple(a.detach() for a in args)).module()
-        # a plain GraphModule, which pickles for the sandbox workers: positional arguments, no guard
-        # module (a local function), one tensor out when the unit returns one
+            out = body(*args, **kwargs)
+            out_meta = _out_meta(out)
+            ep = torch.export.export(body, tuple(_detach(a) for a in args),
+                                     {k: _detach(v) for k, v in kwargs.items()}).module()
+        # a plain GraphModule, which pickles for the sandbox workers: positional tensor arguments, no
+        # guard module (a local function), the output's tensors only
+        ep.graph.set_codegen(torch.fx.graph.CodeGen())  # before the copy: export's holds pytree specs
         g = copy.deepcopy(ep.graph)
-        g.set_codegen(torch.fx.graph.CodeGen())
         for n in list(g.nodes):
             if n.op == "call_module" and n.target == "_guards_fn":
                 g.erase_node(n)
-            elif n.op == "output" and isinstance(out, torch.Tensor) and isinstance(n.args[0], (tuple, list)):
-                n.args = (n.args[0][0],)
+        for n in list(g.nodes):
+            if n.op == "placeholder" and not isinstance(n.meta.get("val"), torch.Tensor):
+                if n.users:  # export specialises None, ints and strings; one still read is not a constant
+                    raise OptimizeError(f"the non-tensor argument {n.name} is read by the graph")
+                g.erase_node(n)
+            elif n.op == "output":
+                flat = n.args[0] if isinstance(n.args[0], (tuple, list)) else (n.args[0],)
+                outs = [a for a in flat if isinstance(a, torch.fx.Node)]
+                want = 1 if out_meta is None else out_meta["tensors"]
+                if len(outs) != want:
+                    raise OptimizeError(f"export gave {len(outs)} tensor output(s), the unit {want}")
+                n.args = (outs[0] if len(outs) == 1 else tuple(outs),)
         g.eliminate_dead_code()
         g._tracer_cls, g._tracer_extras = None, None  # export's tracer class does not rebuild from a pickle
         gm = torch.fx.GraphModule(ep, g)
     except Exception as exc:
-        unit.reason += f"; torch.export failed too ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+        what = f"torch.export failed{' too' if unit.reason else ''}" if not isinstance(exc, OptimizeError) else "not a problem"
+        unit.reason = (unit.reason + "; " if unit.reason else "") + \
+            f"{what} ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
         return None
-    return gm
+    return gm, out_meta
+
+
+def _detach(x: Any) -> Any:
+    return x.detach() if isinstance(x, torch.Tensor) else x
+
+
+# the non-tensor values a unit's call may hold: export bakes them into the graph as constants
+_CONSTS = (type(None), bool, int, float, str)
+
+
+def _flatten(tree: Any) -> tuple[list[torch.Tensor], list[tuple[int, Any]], Any] | None:
+    """A call's or output's tensors, its other leaves (position, value) and its pytree structure;
+    None when a leaf is neither a tensor nor a plain constant (a cache object, a module)."""
+    from torch.utils._pytree import tree_flatten
+
+    leaves, spec = tree_flatten(tree)
+    tensors, consts = [], []
+    for i, v in enumerate(leaves):
+        if isinstance(v, torch.Tensor):
+            tensors.append(v)
+        elif isinstance(v, _CONSTS):
+            consts.append((i, v))
+        else:
+            return None
+    return tensors, consts, spec
+
+
+def _flat_call(args: tuple, kwargs: dict) -> tuple[list[torch.Tensor], tuple, str | None] | None:
+    """The call's tensors (positional, then keyword in call order: export's order), their signature,
+    and a descriptor of everything else: keyword names, constants, structure. The descriptor is None
+    for positional tensors only, so that those calls keep the keys they always had. None when the
+    call holds something other than tensors and plain constants."""
+    if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
+        return list(args), _signature(args), None
+    # flat arguments (the usual call) without pytree: a patched unit checks every call, ~4 us not ~16
+    tensors, consts = [], []
+    for i, v in enumerate((*args, *kwargs.values())):
+        if isinstance(v, torch.Tensor):
+            tensors.append(v)
+        elif isinstance(v, _CONSTS):
+            consts.append((i, v))
+        else:
+            break
+    else:
+        return tensors, _signature(tuple(tensors)), f"{len(args)}|{tuple(kwargs)}|{consts!r}"
+    flat = _flatten((tuple(args), dict(kwargs)))  # nested tuples, lists, dicts: pytree's order, export's too
+    if flat is None:
+        return None
+    tensors, consts, spec = flat
+    return tensors, _signature(tuple(tensors)), f"{spec}|{consts!r}"
+
+
+def _out_meta(out: Any) -> dict | None:
+    """What rebuilds a unit's output from the tensors a winner returns: None for a bare tensor, else
+    the pytree structure (serialised) and the constant leaves (a ``(hidden, None)`` tuple)."""
+    from torch.utils._pytree import treespec_dumps
+
+    if isinstance(out, torch.Tensor):
+        return None
+    flat = _flatten(out)
+    if flat is None or not flat[0]:
+        raise OptimizeError(f"returns a {type(out).__name__} that is not tensors and plain constants")
+    tensors, consts, spec = flat
+    return {"spec": treespec_dumps(spec), "consts": consts, "tensors": len(tensors)}
+
+
+_SPECS: dict[str, Any] = {}  # serialised output structure -> TreeSpec (module level: a deepcopy of a TreeSpec warns)
+
+
+def _rebuild(out: Any, meta: dict | None) -> Any:
+    """The unit's output structure around the winner's tensors (see :func:`_out_meta`)."""
+    if meta is None:
+        return out
+    from torch.utils._pytree import tree_unflatten, treespec_loads
+
+    spec = _SPECS.get(meta["spec"])
+    if spec is None:
+        spec = _SPECS[meta["spec"]] = treespec_loads(meta["spec"])
+    tensors = iter([out] if isinstance(out, torch.Tensor) else list(out))
+    consts = {int(i): v for i, v in meta["consts"]}
+    return tree_unflatten([consts[i] if i in consts else next(tensors) for i in range(spec.num_leaves)], spec)
 
 
 def _signature(args: tuple) -> tuple | None:
@@ -208,11 +308,11 @@ def _device_of(model: nn.Module, inputs: list) -> str:
     return "cpu"
 
 
-def _call(model: nn.Module, inputs: list, seed: int | None = None) -> Any:
+def _call(model: nn.Module, inputs: list, seed: int | None = None, kwargs: dict | None = None) -> Any:
     if seed is not None:  # dropout in training mode: the same draws for the reference and the patch
         torch.manual_seed(seed)
     with torch.no_grad():
-        return model(*inputs)
+        return model(*inputs, **(kwargs or {}))
 
 
 @contextlib.contextmanager
@@ -300,6 +400,8 @@ class Task:
     units: list[Unit]
     share: float
     problem: Problem | None = None
+    call: str | None = None  # keyword and constant arguments (see _flat_call); None: positional tensors
+    out: dict | None = None  # the output's structure when it is not one tensor (see _out_meta)
     campaign: str | None = None
     outcome: str = ""
     budget: int = 0
@@ -328,25 +430,32 @@ def make_tasks(model_name: str, units: list[Unit], prof: dict) -> tuple[list[Tas
             skipped.append({"unit": u.label, "share": share, "reason": "not called on the example inputs"})
             continue
         args, kwargs = seen[0]
-        sig = _signature(args)
-        if kwargs or sig is None:
-            skipped.append({"unit": u.label, "share": share, "reason": "called with keyword or non-tensor arguments"})
+        flat = _flat_call(args, kwargs)
+        if flat is None or not flat[0]:
+            skipped.append({"unit": u.label, "share": share, "reason": "called with no tensor, or with an argument "
+                                                                       "that is neither a tensor nor None/bool/int/float/str"})
             continue
-        if u.traced is None:
-            u.traced = _exported(u, args)
-            if u.traced is None:
+        tensors, sig, call = flat
+        out = None
+        # the fx graph takes the forward's own parameters; a call with keywords or constants is
+        # exported on these very arguments instead, as a graph of its tensors only
+        if u.traced is None or call is not None:
+            exported = _exported(u, args, kwargs)
+            if exported is None:
                 skipped.append({"unit": u.label, "share": share, "reason": u.reason})
                 continue
-        key = content_hash(u.key, repr(sig), str(u.body().training), n=12)
+            u.traced, out = exported
+        parts = [u.key, repr(sig), str(u.body().training)] + ([call] if call is not None else [])
+        key = content_hash(*parts, n=12)
         t = tasks.get(key)
         if t is None:
-            t = tasks[key] = Task(key=key, struct=u.key, signature=sig, units=[], share=0.0)
+            t = tasks[key] = Task(key=key, struct=u.key, signature=sig, units=[], share=0.0, call=call, out=out)
         t.units.append(u)
         t.share += share
     ranked = []
     for t in sorted(tasks.values(), key=lambda t: -t.share):
         u = t.units[0]
-        args = prof["calls"][u.label][0][0]
+        args = _flat_call(*prof["calls"][u.label][0])[0]
         gm = copy.deepcopy(u.traced)  # from_module moves its model to the CPU: never the user's own modules
         gm.training = u.body().training  # the mode of the unit, recorded as the problem's MODE
         try:
@@ -369,7 +478,8 @@ def start_task(store: Any, task: Task, config: Any, *, max_heavy: int, model_nam
     cid = start_campaign(store, config, name=task.campaign, problems=[task.problem])
     meta = {"key": task.key, "struct": task.struct, "signature": task.record()["signature"], "units": [u.label for u in task.units],
             "share": task.share, "max_heavy": max_heavy, "model": model_name,
-            "training": task.units[0].body().training, "device": config.device or env.default_device()}
+            "training": task.units[0].body().training, "device": config.device or env.default_device(),
+            "call": task.call, "out": task.out}
     store.update_campaign(cid, config={**store.get_campaign(cid)["config"], "optimize": meta})
     return cid
 
@@ -510,8 +620,10 @@ class _Fast:
     """One winner bound to a unit: its ``ModelNew`` loaded with the unit's own weights, and when it may run."""
 
     def __init__(self, module: nn.Module, signature: tuple, training: bool, device: str, info: dict,
-                 names: str = "module", start: int = 0):
+                 names: str = "module", start: int = 0, call: str | None = None, out: dict | None = None):
         self.module, self.signature, self.training, self.device, self.info = module, signature, training, device, info
+        # the call's keywords and constants the winner was judged with, and the unit's output structure
+        self.call, self.out = call, out
         # how the winner's ``inner.<name>`` names the unit's tensors: "module" (the same path in the unit),
         # "leaf" (a leaf traced as ``Sequential(leaf)``: "0.<attr>") or "region" (a slice of a Sequential
         # from ``start``: "<i>.<rest>" is child start+i). No reference to the unit is kept: a cycle through
@@ -545,14 +657,27 @@ class _Fast:
             elif attr in owner._buffers and attr in src_owner._buffers:
                 owner._buffers[attr] = src_owner._buffers[attr]
 
+    def take(self, owner: nn.Module, args: tuple, kwargs: dict) -> list[torch.Tensor] | None:
+        """The tensors to call the winner with, or None when this call must run PyTorch: the kernels
+        compute a forward only, for the shapes, constants, mode and device they were judged on."""
+        if owner.training != self.training:
+            return None
+        flat = _flat_call(args, kwargs)
+        if flat is None or flat[1] != self.signature or flat[2] != self.call:
+            return None
+        tensors = flat[0]
+        if any(a.device.type != self.device for a in tensors):
+            return None
+        if torch.is_grad_enabled() and (any(a.requires_grad for a in tensors)
+                                        or any(p.requires_grad for p in owner.parameters())):
+            return None
+        return tensors
+
     def fits(self, owner: nn.Module, args: tuple, kwargs: dict) -> bool:
-        # the kernels compute a forward only, for the shapes, mode and device they were judged on
-        if kwargs or owner.training != self.training or _signature(args) != self.signature:
-            return False
-        if any(a.device.type != self.device for a in args):
-            return False
-        return not (torch.is_grad_enabled() and (any(a.requires_grad for a in args)
-                                                  or any(p.requires_grad for p in owner.parameters())))
+        return self.take(owner, args, kwargs) is not None
+
+    def run(self, tensors: list[torch.Tensor]) -> Any:
+        return _rebuild(self.module(*tensors), self.out)
 
 
 class _PatchedModule(nn.Module):
@@ -562,8 +687,9 @@ class _PatchedModule(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         fast = self.__dict__.get("_kernellab_fast")
-        if fast is not None and fast.fits(self, args, kwargs):
-            return fast.module(*args)
+        tensors = fast.take(self, args, kwargs) if fast is not None else None
+        if tensors is not None:
+            return fast.run(tensors)
         return super().forward(*args, **kwargs)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:  # .to(), .cuda(), .half() move the winner too
@@ -585,7 +711,7 @@ class _PatchedSequential(nn.Sequential):
         while i < len(kids):
             r = regions.get(i)
             if r is not None and r[1].fits(self, (input,), {}):
-                input = r[1].module(input)
+                input = r[1].run([input])
                 i = r[0]
                 continue
             input = kids[i](input)
@@ -617,7 +743,7 @@ def _entries(store: Any) -> dict[tuple, dict]:
         if not meta:
             continue
         sig = tuple((tuple(s[0]), s[1]) for s in meta["signature"])
-        out[(meta["struct"], sig, bool(meta["training"]))] = {**meta, "campaign": camp}
+        out[(meta["struct"], sig, bool(meta["training"]), meta.get("call"))] = {**meta, "campaign": camp}
     return out
 
 
@@ -636,7 +762,8 @@ def _load_winner(store: Any, entry: dict, unit: Unit, require_speedup: bool) -> 
     try:
         cls = load_best(store, camp["id"])
         fast = cls()  # a from_module problem's Model takes no arguments
-        src = unit.traced if unit.traced is not None else unit.body()  # export keeps the names
+        # export (a unit fx cannot trace, or a call with keywords) keeps the unit's own names
+        src = unit.traced if unit.traced is not None and entry.get("call") is None else unit.body()
         state = {f"inner.{k}": v for k, v in src.state_dict().items()}
         missing, unexpected = fast.load_state_dict(state, strict=False)
         # constants torch.export lifted out of the forward stay as they are; every weight must load
@@ -693,9 +820,10 @@ def patch(model: nn.Module, db: Any, example_inputs: list | tuple | None = None,
             if u.key is None or u.label in seen:
                 continue
             training = u.body().training
-            sigs = [_signature(c[0]) for c in calls.get(u.label, [])] if inputs is not None else None
-            matches = [e for (k, s, tr), e in entries.items() if k == u.key and tr == training
-                       and (sigs is None or s in sigs)]
+            sigs = [f[1:] for f in (_flat_call(*c) for c in calls.get(u.label, [])) if f is not None] \
+                if inputs is not None else None
+            matches = [e for (k, s, tr, c), e in entries.items() if k == u.key and tr == training
+                       and (sigs is None or (s, c) in sigs)]
             if not matches:
                 continue
             seen.add(u.label)
@@ -707,9 +835,10 @@ def patch(model: nn.Module, db: Any, example_inputs: list | tuple | None = None,
                 records.append({**rec, "status": "pytorch"})
                 continue
             records.append({**rec, "status": "kernel"})
-            names = "region" if u.start is not None else \
-                "leaf" if u.traced is not None and not list(u.module.children()) else "module"
-            fasts.append((u, _Fast(fast, sig, training, entry.get("device") or "cpu", info, names, u.start or 0)))
+            names = "region" if u.start is not None else "leaf" if u.traced is not None and entry.get("call") is None \
+                and not list(u.module.children()) else "module"
+            fasts.append((u, _Fast(fast, sig, training, entry.get("device") or "cpu", info, names, u.start or 0,
+                                   entry.get("call"), entry.get("out"))))
     for u, fast in fasts:
         _install(u, fast)
     patched.kernellab_patches = records
@@ -795,14 +924,16 @@ def _verify(model: nn.Module, patched: nn.Module, inputs: list, fasts: list, rec
         bad = None
         for args, kwargs in calls.get(u.label, [])[:2]:
             with torch.no_grad():  # as the model was called: autograd off, so the winner's path is taken
-                taken = fast.fits(u.module, args, kwargs)
-            if not taken:
+                tensors = fast.take(u.module, args, kwargs)
+            if tensors is None:
                 continue
             ref_body = copy.deepcopy(u.body())
             if u.start is None:  # the class's own forward, not the patched one
                 ref_body.__dict__.pop("_kernellab_fast", None)
-            want = _call(ref_body, list(args), seed=1)
-            got = _call(fast.module, list(args), seed=1)
+            want = _call(ref_body, list(args), seed=1, kwargs=kwargs)
+            torch.manual_seed(1)
+            with torch.no_grad():
+                got = fast.run(tensors)
             ok, err = _close(want, got, atol, rtol)
             if not ok:
                 bad = f"incorrect in the model (max abs err {err:.3g})"
@@ -892,8 +1023,13 @@ def load_model_spec(spec: str, inputs: str | None = None, small: bool | None = N
     """``FILE.py`` (KernelBench format: ``Model``, ``get_inputs``, ``get_init_inputs``; at SMALL sizes when
     ``small``) or ``package.module:attr`` (a module instance, a module class or a factory returning one, built
     with the module's ``get_init_inputs()`` when it has one) with inputs from ``inputs`` (``module:function``)
-    or the module's ``get_inputs``. Returns (model, inputs, name). Raises ``OptimizeError``/``ProblemError``."""
+    or the module's ``get_inputs``; a factory or inputs function with a ``small`` parameter is passed
+    ``small`` (experiments/models/library.py). The current directory is searched for the module, as
+    ``python -m`` does. Returns (model, inputs, name). Raises ``OptimizeError``/``ProblemError``."""
     import importlib
+    import inspect
+    import os
+    import sys
     from pathlib import Path
 
     from kernellab import env
@@ -910,6 +1046,15 @@ def load_model_spec(spec: str, inputs: str | None = None, small: bool | None = N
         return inst.model, inst.inputs, problem.name
     if ":" not in spec:
         raise OptimizeError(f"{spec}: not a model file (.py) nor package.module:attr")
+
+    if os.getcwd() not in sys.path and "" not in sys.path:  # the console script's sys.path lacks it
+        sys.path.append(os.getcwd())
+
+    def sized(fn: Any) -> dict:
+        try:
+            return {"small": small} if "small" in inspect.signature(fn).parameters else {}
+        except (TypeError, ValueError):  # a builtin without a signature
+            return {}
 
     def resolve(ref: str) -> tuple[types.ModuleType, Any]:
         mod_name, _, attr = ref.partition(":")
@@ -931,7 +1076,7 @@ def load_model_spec(spec: str, inputs: str | None = None, small: bool | None = N
         torch.manual_seed(0)
         try:
             init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
-            obj = obj(*init)
+            obj = obj(*init, **({} if isinstance(obj, type) else sized(obj)))
         except Exception as exc:
             raise OptimizeError(f"{spec}: building the model raised {type(exc).__name__}: {exc}") from None
         if not isinstance(obj, nn.Module):
@@ -944,7 +1089,7 @@ def load_model_spec(spec: str, inputs: str | None = None, small: bool | None = N
         raise OptimizeError(f"{spec}: give --inputs module:function (the module has no get_inputs)")
     torch.manual_seed(1)
     try:
-        xs = list(fn())
+        xs = list(fn(**sized(fn)))
     except Exception as exc:
         raise OptimizeError(f"{inputs or spec}: the inputs factory raised {type(exc).__name__}: {exc}") from None
     xs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]

@@ -106,7 +106,9 @@ for step in "${steps[@]}"; do
         $PY -m kernellab.cli compare --study "${STUDY_NAME:-policies}" --db "$db" -o "$OUT/study.html" --json \
           > "$OUT/study.json" 2>>"$OUT/study.log"
       fi ;;
-    optimize)  # whole models (kernellab optimize) on five level-3 models; OPTIMIZE_ARGS e.g. "--budget 12"
+    optimize)  # whole models (kernellab optimize): five level-3 models, then a timm ResNet-18 and a transformers
+      # BERT-base (experiments/models/library.py; the host's own timm and transformers, no wheel travels);
+      # OPTIMIZE_ARGS e.g. "--budget 12 --time-budget 60" or "--models experiments.models.library:hf_bert"
       $PY experiments/bench_optimize.py --db "$OUT/optimize.db" --out-dir "$OUT" ${OPTIMIZE_ARGS:-} 2>&1 \
         | tee "$OUT/optimize.log" ;;
     scaleout) # one GPU vs all with the local executor vs a Dask cluster (needs dask/distributed wheels in .whl)
