@@ -115,7 +115,9 @@ class BuiltinAgents:
                 continue
             tried = {_last_action_key(c) for c in tree if c.get("parent_id") == row["id"]}
             hints = " ".join((row.get("analysis") or {}).get("next_ideas") or [])
-            for x in applicable_actions(problem, built(problem, acts), reference):
+            # a parent judged in the interpreter was judged against the CPU's exact reference
+            device = "cpu" if (row.get("best") or {}).get("interpreted") else None
+            for x in applicable_actions(problem, built(problem, acts), reference, device):
                 key = repr(sorted(x.action.to_dict().items()))
                 if key in tried:
                     continue

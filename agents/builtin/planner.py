@@ -223,11 +223,12 @@ def _gemm_actions(problem: Problem, b: Built, grp: Group) -> list[Action]:
     return out
 
 
-def _conv_precisions(problem: Problem, b: Built, grp: Group) -> list[Action]:
+def _conv_precisions(problem: Problem, b: Built, grp: Group, device: str | None = None) -> list[Action]:
     """Our own conv at a pinned dot precision. The seed's fp32 conv follows a cuDNN TF32 reference at call
     time (on the GPU by default: cuDNN's conv + our epilogue, ``codegen.CONV_ON_TF32_REFERENCE``); these
     children run our conv there instead: ``tf32rn`` reproduces the TF32 reference's products, ``tf32x3``
-    and ``ieee`` suit an exact fp32 reference (the CPU's, or TF32 turned off)."""
+    and ``ieee`` suit an exact fp32 reference (the CPU's, or TF32 turned off). Judged on the CPU (``device``
+    "cpu": the parent was judged in the interpreter) the reference conv is exact, and ``tf32rn`` would only spend a candidate."""
     st = problem.settings()
     cnode = b.graph.node(grp.gemm)
     dtype = b.graph.node(cnode.args[0].name).dtype or "float32"
@@ -236,7 +237,7 @@ def _conv_precisions(problem: Problem, b: Built, grp: Group) -> list[Action]:
     cur = b.state.variant(grp.id).get("fp32_precision")
     w = b.graph.node(cnode.args[1].name).shape or (1, 1)
     k = (w[0] // max(1, cnode.attrs["groups"] or 1) if cnode.attrs["transposed"] else w[1]) * math.prod(w[2:])
-    allowed = ["tf32rn", "ieee"]
+    allowed = ["ieee"] if device == "cpu" else ["tf32rn", "ieee"]
     if tf32x3_ok(dtype, st["atol"], st["rtol"], int(k), _reads_weight(b.graph, cnode)):
         allowed.insert(1, "tf32x3")
     if allow_tf32(dtype, st["atol"], st["rtol"]):
@@ -290,7 +291,7 @@ def _pointwise_actions(b: Built, grp: Group) -> list[Action]:
     return out
 
 
-def _proposals(problem: Problem, b: Built) -> list[tuple[Action, str]]:
+def _proposals(problem: Problem, b: Built, device: str | None = None) -> list[tuple[Action, str]]:
     out: list[tuple[Action, str]] = []
     dims = {}
     for grp in b.groups:
@@ -305,7 +306,7 @@ def _proposals(problem: Problem, b: Built) -> list[tuple[Action, str]]:
             out += [(a, grp.id) for a in _pointwise_actions(b, grp)]
         elif grp.kind == "conv":  # cuDNN for the conv itself (its epilogue then one pointwise kernel)
             out += [(LibraryGemm(grp.gemm), grp.id)] + ([(KeepRowOut(grp.id), grp.id)] if grp.row_reduction else [])
-            out += [(a, grp.id) for a in _conv_precisions(problem, b, grp)]
+            out += [(a, grp.id) for a in _conv_precisions(problem, b, grp, device)]
     # fusion boundaries moved back: a split or a PyTorch fallback of an earlier action
     owner = {n: g.id for g in b.groups for n in g.nodes}
     for node in sorted(b.state.options.cuts | b.state.options.torch_nodes):
@@ -314,7 +315,8 @@ def _proposals(problem: Problem, b: Built) -> list[tuple[Action, str]]:
     return out
 
 
-def applicable_actions(problem: Problem, candidate: Any = None, reference: dict | None = None) -> list[Applicable]:
+def applicable_actions(problem: Problem, candidate: Any = None, reference: dict | None = None,
+                       device: str | None = None) -> list[Applicable]:
     """Every action that applies to ``candidate`` (a ``Built``, an action list, a ``Code`` or a tree row;
     None for the seed), best expected gain first. Each child is a different candidate: actions that
     change nothing or return to an ancestor's state are left out."""
@@ -328,7 +330,7 @@ def applicable_actions(problem: Problem, candidate: Any = None, reference: dict 
     shares = group_shares(problem, b, reference)
     total = sum(before.values()) or 1.0
     out: list[Applicable] = []
-    for action, gid in _proposals(problem, b):
+    for action, gid in _proposals(problem, b, device):
         child = action.apply(b.state)
         key = _state_key(problem, b.graph, child)
         if key in seen:

@@ -656,3 +656,21 @@ def test_planner_and_debugger_know_conv_groups():
         assert seen == [Precision(grp.id, first), LibraryGemm(grp.gemm)], (interpreted, seen)
         want = 'acc = tl.dot(a, b, acc, input_precision="ieee")' if first == "ieee" else "    rn = True\n"
         assert want in build(p, [seen[0]]).source
+
+
+def test_a_parent_judged_on_the_cpu_gets_no_tf32rn_child():
+    """tf32rn reproduces cuDNN's TF32 reference on the GPU; against the CPU's exact fp32 conv it can only fail, so a
+    parent judged in the interpreter is not offered it (a GPU-judged one is)."""
+    from kernellab.agents.builtin import BuiltinAgents
+
+    p = _conv_problem("Conv2d(3, 16, 3)", "        return torch.relu(self.conv(x))", (2, 3, 6, 6))
+    code = build(p)
+
+    def offered(interpreted: int) -> set:
+        row = {"id": "c1", "parent_id": None, "source": code.source, "meta": code.meta, "selected": True,
+               "best": {"status": "correct", "speedup_eager": 1.0, "interpreted": interpreted}}
+        props = BuiltinAgents().plan(p, [row], 50, {})
+        return {(q.action or {}).get("precision") for q in props if (q.action or {}).get("kind") == "precision"}
+
+    assert "tf32rn" not in offered(1) and "ieee" in offered(1)
+    assert "tf32rn" in offered(0)
