@@ -328,10 +328,13 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
 @click.argument("campaign")
 @click.option("--usd-budget", type=float, default=None, metavar="DOLLARS",
               help="A new LLM dollar budget for the whole campaign (after a stop for a spent budget).")
+@click.option("--cluster", default=None, metavar="ADDRESS",
+              help="Go on evaluating on a Dask cluster (tcp://HOST:8786 or local[:N]; see `kernellab bench`), whatever "
+                   "the campaign ran on before.")
 @db_option
 @json_option
 @_errors
-def resume(campaign: str, usd_budget: float | None, db: str, as_json: bool) -> None:
+def resume(campaign: str, usd_budget: float | None, db: str, as_json: bool, cluster: str | None = None) -> None:
     """Continue CAMPAIGN (name or id) after a stop, a crash or kill -9: finished evaluations are kept,
     none is run twice, and the campaign reaches the budget it was given."""
     from .campaign import CampaignError, resume_campaign
@@ -341,12 +344,20 @@ def resume(campaign: str, usd_budget: float | None, db: str, as_json: bool) -> N
     camp = store.get_campaign(campaign)
     if camp is None:
         raise UsageFailure(f"no campaign {campaign!r} in {db}")
+    config = camp.get("config") or {}
+    # checked before any work, as for run: a cluster that cannot be reached or lacks the device's workers
+    executor = _cluster_executor(cluster, slots=max(1, config.get("width") or 1), device=config.get("device"))
     try:
         with Progress(enabled=None if not as_json else False) as progress:
-            summary = _interruptible(lambda: resume_campaign(store, camp["id"], progress=progress,
+            if executor is not None:
+                executor.progress = progress
+            summary = _interruptible(lambda: resume_campaign(store, camp["id"], progress=progress, executor=executor,
                                                              usd_budget=usd_budget), store, camp["id"], progress)
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
+    finally:
+        if executor is not None:
+            executor.shutdown()
     _finish(summary, as_json, store)
 
 

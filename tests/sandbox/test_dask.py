@@ -463,6 +463,28 @@ def test_cli_cluster_bad_input_exit_2_and_a_bench_on_a_local_cluster(tmp_path: P
     assert out["complete"] and out["summary"]["correct"] == 2
 
 
+@pytest.mark.slow
+def test_resume_goes_on_on_a_cluster(tmp_path: Path) -> None:
+    """A campaign started here (never run: as after a crash before its first evaluation) resumed with
+    `--cluster local:1`: its evaluations run on the cluster's worker; an unreachable cluster is one line, exit 2."""
+    from kernellab.campaign import CampaignConfig, check_campaign, start_campaign
+
+    db = tmp_path / "k.db"
+    config = CampaignConfig(problems=[str(ROOT / TINY[0])], device="cpu", budget=1, trials=1, width=1)
+    start_campaign(Store(db), config, name="moved", problems=check_campaign(config))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "kernellab.cli", *a], capture_output=True, text=True,  # noqa: E731
+                                    env=env, cwd=tmp_path, timeout=300)
+    r = run("resume", "moved", "--db", str(db), "--cluster", "tcp://127.0.0.1:9")
+    assert r.returncode == 2 and "no Dask scheduler reachable" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not Store(db).evaluations(campaign_id=Store(db).get_campaign("moved")["id"])
+    r = run("resume", "moved", "--db", str(db), "--cluster", "local:1", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    store = Store(db)
+    evals = store.evaluations(campaign_id=store.get_campaign("moved")["id"])
+    assert evals and all((e.get("details") or {}).get("dask_worker") for e in evals), [e.get("details") for e in evals]
+
+
 @pytest.mark.gpu
 def test_gpu_cluster_one_worker_per_gpu_timing_exclusive_baseline_cached_remotely(tmp_path: Path, problem) -> None:
     """On a GPU host: `--cluster local` makes one worker per GPU, each owning it (4 jobs at once there); on each
