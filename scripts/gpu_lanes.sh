@@ -28,4 +28,7 @@ done
 wait
 for f in "$OUT"/l*/lane.log; do echo "##### $f"; tail -n 40 "$f"; done
 [ -n "${BENCH_DB_DIR:-}" ] && [ -d "$BENCH_DB_DIR" ] && cp -r "$BENCH_DB_DIR" "$OUT/benchdb"
-(cd "$OUT" && tar czf lanes.tgz --exclude=lanes.tgz . && find . -mindepth 1 ! -name lanes.tgz ! -name env.log -delete)
+# the archive is written outside $OUT, then moved in: tar fails ("file changed as we read it") on a folder that
+# its own archive grows in
+tmp=$(mktemp /tmp/lanes.XXXXXX.tgz)
+(cd "$OUT" && tar czf "$tmp" . && mv "$tmp" lanes.tgz && find . -mindepth 1 ! -name lanes.tgz ! -name env.log -delete)
