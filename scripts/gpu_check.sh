@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU tests and the GPU benchmarks in one call, on a CUDA host (e.g. the H200 behind the `device`
 # tool). Usage: scripts/gpu_check.sh [STEP...]   STEPs: env tests (= tests-par, then tests-bigmem) tests-slow eager sandbox gemm tuning builtin scaleout
-# bench:SUITE study:SUITE optimize (default: env tests). Logs and results go to $OUT (default ./gpu-out); result files
+# bench:SUITE study:SUITE campaign:FILE optimize (default: env tests). Logs and results go to $OUT (default ./gpu-out); result files
 # are also written under experiments/results/.
 #
 # The GPU host is offline and lacks langgraph/optuna/sqlite-utils/anthropic: their wheels travel in
@@ -106,6 +106,12 @@ for step in "${steps[@]}"; do
         $PY -m kernellab.cli compare --study "${STUDY_NAME:-policies}" --db "$db" -o "$OUT/study.html" --json \
           > "$OUT/study.json" 2>>"$OUT/study.log"
       fi ;;
+    campaign:*) # one campaign on one problem file, then where its time went (experiments/campaign_steps.py);
+      # CAMPAIGN_ARGS e.g. "--budget 4 --width 2" (default); SIGINT at CAMPAIGN_TIMEOUT (default 300 s): saved
+      db="$OUT/campaign.db"
+      timeout -s INT -k 30 "${CAMPAIGN_TIMEOUT:-300}" $PY -m kernellab.cli run "${step#campaign:}" --db "$db" \
+        --campaign steps ${CAMPAIGN_ARGS:---budget 4 --width 2} 2>&1 | tee "$OUT/campaign.log"
+      $PY experiments/campaign_steps.py steps --db "$db" 2>&1 | tee -a "$OUT/campaign.log" ;;
     optimize)  # whole models (kernellab optimize): five level-3 models, then a timm ResNet-18 and a transformers
       # BERT-base (experiments/models/library.py; the host's own timm and transformers, no wheel travels);
       # OPTIMIZE_ARGS e.g. "--budget 12 --time-budget 60" or "--models experiments.models.library:hf_bert"
