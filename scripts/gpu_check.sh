@@ -41,6 +41,8 @@ fi
 export KERNELLAB_TEST_GPUS=$(IFS=,; echo "${GPUS[*]}")
 # every test's outcome and duration as it ends, with the failures' tracebacks (tests/conftest.py)
 export KERNELLAB_TEST_REPORT=${KERNELLAB_TEST_REPORT:-$OUT/test-report.txt}
+# KERNELLAB_TESTS_DONE=FILE (an earlier call's test-report.txt, carried back in the working tree) leaves out the tests
+# it says passed: a suite longer than one call goes on where the last one stopped
 # TESTS narrows the tests steps to some files or node ids (default: all of tests/)
 read -ra TESTS <<<"${TESTS:-tests}"
 rc=0
