@@ -283,30 +283,38 @@ class LaunchCounter:
         for cls in targets:
             self._wrap(cls)
 
+    def _count(self, launch: Any, name_of: Any) -> Any:
+        """Run one armed launch: count it, add its seconds (the outermost launch's only: a launch inside
+        a launch is counted, its time is not added twice) and record ``name_of(what launch returned)``,
+        also when the launch raised."""
+        self._depth += 1
+        t0 = time.perf_counter()
+        out = None
+        try:
+            out = launch()
+            return out
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self.seconds += time.perf_counter() - t0
+            self.launches += 1
+            name = name_of(out)
+            self.names.add(name if isinstance(name, str) and name else "?")
+
     def _wrap(self, cls: type) -> None:
         orig = cls.__dict__["run"]
         counter = self
-        clock = time.perf_counter
 
         def run(self_, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
             if not counter.armed or warmup:
                 return orig(self_, *args, grid=grid, warmup=warmup, **kwargs)
-            counter._depth += 1
-            t0 = clock()
-            kernel = None
-            try:
-                kernel = orig(self_, *args, grid=grid, warmup=warmup, **kwargs)
-                return kernel
-            finally:
-                counter._depth -= 1
-                if counter._depth == 0:
-                    counter.seconds += clock() - t0
-                counter.launches += 1
-                # the compiled kernel's name is the one the profiler shows (the jit function's name
-                # unless a `repr=` renamed it); the interpreter compiles nothing: the function's name
+            # the compiled kernel's name is the one the profiler shows (the jit function's name unless a
+            # `repr=` renamed it); the interpreter compiles nothing: the function's name
+            def name_of(kernel: Any) -> Any:
                 name = getattr(kernel, "name", None)
-                counter.names.add(name if isinstance(name, str) and name else
-                                  getattr(getattr(self_, "fn", None), "__name__", "?"))
+                return name if isinstance(name, str) and name else getattr(getattr(self_, "fn", None), "__name__", None)
+
+            return counter._count(lambda: orig(self_, *args, grid=grid, warmup=warmup, **kwargs), name_of)
 
         cls.run = run
 
@@ -324,23 +332,13 @@ class LaunchCounter:
         if orig is None or getattr(orig, "_kernellab_counted", False):
             return orig is not None
         counter = self
-        clock = time.perf_counter
 
         def run(self_: Any, *args: Any, **kwargs: Any) -> Any:
             if not counter.armed:
                 return orig(self_, *args, **kwargs)
-            counter._depth += 1
-            t0 = clock()
-            try:
-                return orig(self_, *args, **kwargs)
-            finally:
-                counter._depth -= 1
-                if counter._depth == 0:
-                    counter.seconds += clock() - t0
-                counter.launches += 1
-                fn = getattr(self_, "fn", None)
-                name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", None)
-                counter.names.add(name if isinstance(name, str) and name else "?")
+            fn = getattr(self_, "fn", None)
+            return counter._count(lambda: orig(self_, *args, **kwargs),
+                                  lambda _: getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", None))
 
         run._kernellab_counted = True  # type: ignore[attr-defined]
         cls.run = run
