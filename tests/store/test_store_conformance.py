@@ -15,13 +15,6 @@ SRC = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n 
       "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n"
 
 
-@pytest.fixture(params=["memory", "file"])
-def store(request, tmp_path: Path):
-    s = Store(":memory:" if request.param == "memory" else tmp_path / "k.db")
-    yield s
-    s.close()
-
-
 def _problem() -> Problem:
     return Problem(name="p", source=SRC, path="p.py")
 

@@ -4,7 +4,6 @@ SQL selection is the vocabulary's best evaluation."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 from kernellab.store import Store, StoreError
@@ -32,13 +31,6 @@ from kernellab.vocab import (
 
 SRC = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x + 1\n" \
       "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n"
-
-
-@pytest.fixture(params=["memory", "file"])
-def store(request, tmp_path: Path):
-    s = Store(":memory:" if request.param == "memory" else tmp_path / "k.db")
-    yield s
-    s.close()
 
 
 def _candidate(store, n_problems: int = 1) -> tuple[str, list[str], list[str]]:
