@@ -46,6 +46,14 @@ export KERNELLAB_TEST_REPORT=${KERNELLAB_TEST_REPORT:-$OUT/test-report.txt}
 # TESTS narrows the tests steps to some files or node ids (default: all of tests/)
 read -ra TESTS <<<"${TESTS:-tests}"
 rc=0
+# gpu_pytest LOG MARKS PYTEST-ARGS...: the tests of MARKS (narrowed by TESTS) into $OUT/LOG, its summary lines
+# printed; -v so that a run cut off by the call's limit still says which tests passed
+gpu_pytest() {
+  local log=$1 marks=$2; shift 2
+  $PY -m pytest -v -m "$marks" -p no:cacheprovider -o addopts="" -rfEs "$@" "${TESTS[@]}" >"$OUT/$log" 2>&1
+  rc=$((rc | $?))
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/$log" | tail -n 40
+}
 for step in "${steps[@]}"; do
   echo "=== $step ($(date -u +%H:%M:%S))"
   case "$step" in
@@ -54,26 +62,16 @@ for step in "${steps[@]}"; do
       $PY -c "import kernellab.env as e, json; print(json.dumps(e.versions())); print(e.device_name())"
       (command -v ncu && ncu --version | tail -1) || echo "ncu: not on PATH" ;;
     tests|tests-par|tests-bigmem)
-      # xdist workers (the suite took 7.5 min on 6 workers before the adversarial file was grouped);
-      # --dist loadgroup keeps the adversarial file, whose fixture submits all its candidates at once, on one
-      # each worker's sandbox gets 1/N of the card (tests/conftest.py); the bigmem tests then run alone
-      # one; -v so that a run cut off by the call's limit still says which tests passed
-      if [ "$step" != tests-bigmem ]; then
-        $PY -m pytest -v -m "gpu and not bigmem and not gpu_slow" -p no:cacheprovider -o addopts="" -rfEs -n "${GPU_TEST_WORKERS:-6}" \
-          --dist loadgroup --durations=15 "${TESTS[@]}" >"$OUT/gpu-tests.log" 2>&1; rc=$((rc | $?))
-        grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu-tests.log" | tail -n 40
-      fi
-      # the bigmem tests: one worker per GPU, each with its whole card (tests/conftest.py)
-      if [ "$step" != tests-par ]; then
-        bm=(); [ ${#GPUS[@]} -gt 1 ] && bm=(-n "${#GPUS[@]}")
-        $PY -m pytest -v -m "gpu and bigmem" -p no:cacheprovider -o addopts="" -rfEs --durations=8 "${bm[@]}" "${TESTS[@]}" \
-          >"$OUT/gpu-tests-bigmem.log" 2>&1; rc=$((rc | $?))
-        grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu-tests-bigmem.log" | tail -n 20
-      fi ;;
+      # tests-par: xdist workers spread over the GPUs, each worker's sandbox with 1/N of its card
+      # (tests/conftest.py); --dist loadgroup keeps the adversarial file, whose fixture submits all its
+      # candidates at once, on one worker
+      [ "$step" != tests-bigmem ] && gpu_pytest gpu-tests.log "gpu and not bigmem and not gpu_slow" \
+        -n "${GPU_TEST_WORKERS:-6}" --dist loadgroup --durations=15
+      # tests-bigmem: one worker per GPU, each with its whole card
+      bm=(); [ ${#GPUS[@]} -gt 1 ] && bm=(-n "${#GPUS[@]}")
+      [ "$step" != tests-par ] && gpu_pytest gpu-tests-bigmem.log "gpu and bigmem" --durations=8 "${bm[@]}" ;;
     tests-slow)  # the long cases left out of `tests`: the rest of each full-size sweep, every bundled seed at full size
-      $PY -m pytest -v -m "gpu and gpu_slow" -p no:cacheprovider -o addopts="" -rfEs -n "${GPU_TEST_WORKERS:-6}" \
-        --durations=10 "${TESTS[@]}" >"$OUT/gpu-tests-slow.log" 2>&1; rc=$((rc | $?))
-      grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu-tests-slow.log" | tail -n 40 ;;
+      gpu_pytest gpu-tests-slow.log "gpu and gpu_slow" -n "${GPU_TEST_WORKERS:-6}" --durations=10 ;;
     eager)   $PY experiments/measure_eager.py 2>&1 | tee "$OUT/eager.log" ;;
     sandbox) $PY experiments/bench_sandbox.py 2>&1 | tee "$OUT/sandbox.log" ;;
     gemm)    $PY experiments/bench_gemm_templates.py 2>&1 | tee "$OUT/gemm.log" ;;
