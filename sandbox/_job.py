@@ -61,6 +61,9 @@ POISON32 = 0x7FBADBAD
 POISON16 = 0x7FBA
 # side-stream work: leftover device time after the end event beyond this (ms, or share of the event time)
 LEFTOVER_MS, LEFTOVER_SHARE = 0.1, 0.5
+# profiled device busy time per call may exceed the timed median by this factor (the timing is L2-flushed and
+# slower, so an honest candidate sits below 1; clocks may differ between the two)
+BUSY_FACTOR = 2.0
 # Timing writes fresh inputs before every repetition, and moves them to the other of two tensor
 # sets every this many repetitions (new addresses as well as new values).
 FRESH_EVERY = 4
@@ -822,10 +825,39 @@ def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict) -> None:
             mine += us
     r["own_kernel_share"] = mine / total if total > 0 else 0.0
     r["library_only"] = mine == 0.0
+    _busy_check(prof, r, d)
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:10]
     d["kernels"] = [{"name": k[:120], "us_per_call": v / 3, "own": _is_own(k, own)} for k, v in top]
     d["own_kernels"] = sorted(own)
     d["kernel_win_eligible"] = not r["library_only"] and r["own_kernel_share"] >= KERNEL_WIN_SHARE
+
+
+def _busy_check(prof: Any, r: dict, d: dict) -> None:
+    """The device's busy time per profiled call (the union of every kernel's interval, on any stream, from
+    CUPTI's device clock) against the timed median. The leftover check before the timing reads host clocks
+    and is blind when the host is slow: a side stream's kernels then finish while the host is still
+    launching them (H200, 12 test workers: 60 side-stream kernels of 0.13 ms judged correct). Device
+    clocks are not: a timing whose events missed most of the call's device work is rejected."""
+    from torch.autograd import DeviceType
+
+    busy_ms = union_length([(e.time_range.start, e.time_range.end) for e in prof.events()
+                            if e.device_type == DeviceType.CUDA]) / 3 / 1e3
+    median = r.get("median_ms")
+    d["device_busy_ms_per_call"] = busy_ms
+    if median is not None and busy_ms > BUSY_FACTOR * median + LEFTOVER_MS:
+        raise Rejected("side_stream_escape",
+                       f"the device was busy {busy_ms:.3f} ms per call (every kernel, any stream) but the timed "
+                       f"median is {median:.3f} ms: work escapes the timed stream")
+
+
+def union_length(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of intervals: overlapping kernels on two streams count once."""
+    busy, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            busy += b - max(a, end)
+            end = b
+    return busy
 
 
 def _kernel_key(name: str) -> str:

@@ -110,3 +110,12 @@ def test_gpu_s_is_measured_and_recorded(sandbox_executor, problem):
         assert Usage.from_store(store, camp).gpu_s == pytest.approx(d["gpu_s"])
     finally:
         store.close()
+
+
+def test_device_busy_time_counts_overlapping_kernels_once():
+    """The side-stream check's device busy time: the union of kernel intervals, whatever their stream."""
+    from kernellab.sandbox._job import union_length
+
+    assert union_length([]) == 0.0
+    assert union_length([(0.0, 10.0), (2.0, 5.0)]) == 10.0  # nested: another stream, same time
+    assert union_length([(5.0, 8.0), (0.0, 6.0), (20.0, 21.0)]) == 9.0  # overlapping, out of order, and a gap
