@@ -301,6 +301,25 @@ def cast_inputs(inputs: list, dtype: torch.dtype, device: str | torch.device) ->
     return out
 
 
+def make_inputs(mod: types.ModuleType, dtype: torch.dtype, device: str | torch.device, seed: int) -> list:
+    """``get_inputs()`` seeded with ``seed``, its tensors cast to ``dtype`` on ``device``. On a GPU the
+    problem's factory calls run there (``with torch.device``): a KernelBench-size ``torch.randn`` made on
+    the host took seconds per sample, and the judge makes one per trial and again when it re-reads a
+    large trial's inputs (70 s of a 93 s evaluation of an 8192 x 49152 GELU on the H200). The values
+    then come from the device's generator, seeded the same way each time, so a sample made again is
+    the same sample. A ``get_inputs`` that cannot run under a device context is run on the host."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        try:
+            torch.manual_seed(seed)
+            with dev:
+                return cast_inputs(list(mod.get_inputs()), dtype, dev)
+        except Exception:  # e.g. a .numpy() on a made tensor: the host's way, which raises what it raises
+            pass
+    torch.manual_seed(seed)
+    return cast_inputs(list(mod.get_inputs()), dtype, dev)
+
+
 def instantiate(problem: Problem, small: bool, seed: int, device: str = "cpu", check: bool = False,
                 model_cls: Callable[..., torch.nn.Module] | None = None,
                 mod: types.ModuleType | None = None) -> Instance:
@@ -319,11 +338,9 @@ def instantiate(problem: Problem, small: bool, seed: int, device: str = "cpu", c
     except Exception as exc:
         raise ProblemError(f"{label}: building Model raised {type(exc).__name__}: {exc}") from None
     try:
-        torch.manual_seed(seed + 1)
-        inputs = list(mod.get_inputs())
+        inputs = make_inputs(mod, dtype, device, seed + 1)
     except Exception as exc:
         raise ProblemError(f"{label}: get_inputs raised {type(exc).__name__}: {exc}") from None
-    inputs = cast_inputs(inputs, dtype, device)
     if check:
         try:
             out = model(*inputs)

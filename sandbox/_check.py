@@ -36,16 +36,18 @@ def transform(inputs: list, dist: str, gen: torch.Generator) -> list:
         x32 = x.float()
         if dist == "uniform":
             lo, hi = float(x32.min()), float(x32.max())
-            u = torch.rand(x.shape, generator=gen, device="cpu").to(x.device)
-            y = lo + (hi - lo) * u
+            # in place: at full size on the device every temporary is another input's worth of memory
+            y = torch.rand(x.shape, generator=gen, device=gen.device).to(x.device).mul_(hi - lo).add_(lo)
         elif dist == "large":
             y = x32 * LARGE_SCALE
         elif dist == "mixed":
-            mag = 10.0 ** (torch.rand(x.shape, generator=gen, device="cpu") * 4 - 3)  # 1e-3 .. 10
-            sign = torch.where(torch.rand(x.shape, generator=gen, device="cpu") < 0.5, -1.0, 1.0)
-            y = (mag * sign).to(x.device)
+            mag = torch.rand(x.shape, generator=gen, device=gen.device).mul_(4).sub_(3)
+            mag = torch.pow(10.0, mag, out=mag)  # 1e-3 .. 10
+            sign = torch.rand(x.shape, generator=gen, device=gen.device).sub_(0.5)  # negative: half of them
+            y = mag.copysign_(sign).to(x.device)
+            del sign
             if float(x32.min()) >= 0:
-                y = y.abs()
+                y = y.abs_()
         else:  # pragma: no cover - guarded by DISTRIBUTIONS
             raise ValueError(dist)
         out.append(y.to(x.dtype))

@@ -351,7 +351,7 @@ def _apply_config(mod: Any, config: dict | None) -> None:
 
 
 def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
-    from kernellab.problem import instantiate
+    from kernellab.problem import instantiate, make_inputs
 
     problem, small, dev = job["problem"], job["small"], w.device
     try:
@@ -362,9 +362,9 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
         n = max(1, int(job.get("trials", 5)))
 
         def make(t: int) -> list:
-            torch.manual_seed(SEED + 1 + t)
-            base = cast_inputs(list(mod.get_inputs()), inst.dtype, dev)
-            gen = torch.Generator().manual_seed(SEED + 1000 + t)
+            base = make_inputs(mod, inst.dtype, dev, SEED + 1 + t)
+            # the synthetic distributions' draws on the device too (seconds each on the host at full size)
+            gen = torch.Generator(device=dev).manual_seed(SEED + 1000 + t)
             return transform(base, distribution(t), gen)
 
         trials = []
@@ -385,8 +385,7 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
         if job.get("timing", True):
             # a second sample of the problem's inputs, which timing mixes with trial 0's (see _Fresh),
             # and the reference output for the last timed repetition's mix
-            torch.manual_seed(SEED + 500)
-            base = cast_inputs(list(mod.get_inputs()), inst.dtype, dev)
+            base = make_inputs(mod, inst.dtype, dev, SEED + 500)
             final = _Fresh.mix(trials[0]["inputs"], base, FINAL_MIX)
             with torch.no_grad():
                 _reseed(_FINAL_TRIAL)
