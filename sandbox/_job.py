@@ -261,8 +261,9 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
         w.read()  # the timing held the writer lock and released it
         w.phase("follow")
         _follow(w, state, model, d)
-        w.phase("kernel_share")
-        _kernel_share(w, state, model, d, r)
+        if not state.get("shared_measured"):  # on a GPU the timing measured it already, under its lock
+            w.phase("kernel_share")
+            _kernel_share(w, state, model, d, r)
         r["status"] = "correct"
     except _LoadError as exc:
         r.update(status="compile_error", error_class=exc.error_class, error_text=str(exc))
@@ -714,6 +715,12 @@ def _timing(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict) -> Non
                 fns["compile"], prepare["compile"] = (lambda: compiled(*fk.current)), fk
             t = time_gpu(fns, w.flush, target_ms, stop_above_ms=stop_above, stop_on="candidate", prepare=prepare)
             d["timing_window"] = (t_start, time.time())  # wall clock, to show one timing per GPU at a time
+            # still holding the GPU alone: the profile's kernel times are then not stretched by other jobs'
+            # kernels, and compare with the timed median (a pool's 8 jobs sharing the H200 stretched them 2x)
+            w.phase("kernel_share")
+            # (on the timing's own inputs: a clone would be a seventh copy the memory grant does not count)
+            _kernel_share(w, state, model, d, r, timed_ms=t["candidate"]["median_ms"], inputs=fc.current)
+            state["shared_measured"] = True
             w.unlock()
             state["locked"] = False
         else:
@@ -790,9 +797,11 @@ def _check_last(w: Any, state: dict, model: Any, xin: list, out: Any, d: dict) -
     raise Incorrect("mismatch", f"the last timed repetition (inputs mixed from two samples): {msg}")
 
 
-def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict) -> None:
+def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict, timed_ms: float | None = None,
+                  inputs: list | None = None) -> None:
     """Share of the time in the candidate's own kernels: those it launched (names recorded by the
-    worker's launch hooks, never read from the source, whose comments can say anything)."""
+    worker's launch hooks, never read from the source, whose comments can say anything). With
+    ``timed_ms`` (the timing's median, the GPU held alone as then), also the device-busy check."""
     if w.device_kind != "cuda":
         # Interpreter: the share of the candidate's forward time spent inside its own kernel launches.
         fs = state.get("forward_s") or 0.0
@@ -805,7 +814,7 @@ def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict) -> None:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    x = clone_all(state["trials"][0]["inputs"])
+    x = inputs if inputs is not None else clone_all(state["trials"][0]["inputs"])
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(3):
             _call(state, model, x)
@@ -824,14 +833,15 @@ def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict) -> None:
             mine += us
     r["own_kernel_share"] = mine / total if total > 0 else 0.0
     r["library_only"] = mine == 0.0
-    _busy_check(prof, r, d)
+    if timed_ms is not None:
+        _busy_check(prof, timed_ms, d)
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:10]
     d["kernels"] = [{"name": k[:120], "us_per_call": v / 3, "own": _is_own(k, own)} for k, v in top]
     d["own_kernels"] = sorted(own)
     d["kernel_win_eligible"] = not r["library_only"] and r["own_kernel_share"] >= KERNEL_WIN_SHARE
 
 
-def _busy_check(prof: Any, r: dict, d: dict) -> None:
+def _busy_check(prof: Any, median: float, d: dict) -> None:
     """The device's busy time per profiled call (the union of every kernel's interval, on any stream, from
     CUPTI's device clock) against the timed median. The leftover check before the timing reads host clocks
     and is blind when the host is slow: a side stream's kernels then finish while the host is still
@@ -841,9 +851,8 @@ def _busy_check(prof: Any, r: dict, d: dict) -> None:
 
     busy_ms = union_length([(e.time_range.start, e.time_range.end) for e in prof.events()
                             if e.device_type == DeviceType.CUDA]) / 3 / 1e3
-    median = r.get("median_ms")
     d["device_busy_ms_per_call"] = busy_ms
-    if median is not None and busy_ms > BUSY_FACTOR * median + LEFTOVER_MS:
+    if busy_ms > BUSY_FACTOR * median + LEFTOVER_MS:
         raise Rejected("side_stream_escape",
                        f"the device was busy {busy_ms:.3f} ms per call (every kernel, any stream) but the timed "
                        f"median is {median:.3f} ms: work escapes the timed stream")
