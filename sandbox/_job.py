@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from kernellab.problem import apply_mode, cast_inputs, output_tensors
+from kernellab.problem import apply_mode, output_tensors
 from kernellab.vocab import SEED, ConfigError, apply_config
 
 from ._check import (
@@ -52,7 +52,7 @@ from ._result import (
     is_oom,
     truncate,
 )
-from ._timing import side_stream_leftover, time_cpu, time_gpu
+from ._timing import _Event, _sleep, side_stream_leftover, spin_cycles, time_cpu, time_gpu
 
 # A poison word no arithmetic produces: a *signalling* NaN in fp32 (its upper half, 0x7FBA, is a
 # signalling NaN in fp16 and bf16 too). Computed NaNs are quiet, so finding it in an output means
@@ -61,9 +61,10 @@ POISON32 = 0x7FBADBAD
 POISON16 = 0x7FBA
 # side-stream work: leftover device time after the end event beyond this (ms, or share of the event time)
 LEFTOVER_MS, LEFTOVER_SHARE = 0.1, 0.5
-# profiled device busy time per call may exceed the timed median by this factor (the timing is L2-flushed and
-# slower, so an honest candidate sits below 1; clocks may differ between the two)
-BUSY_FACTOR = 2.0
+# the busy check (_busy_check): an honest call's busy time is at most its event time; the margin covers the
+# two clocks' resolution. The spin kernel before each profiled call: 3x the fastest call, within these bounds.
+BUSY_FACTOR, BUSY_MARGIN_MS = 1.25, 0.05
+SPIN_MIN_MS, SPIN_MAX_MS = 2.0, 50.0
 # Timing writes fresh inputs before every repetition, and moves them to the other of two tensor
 # sets every this many repetitions (new addresses as well as new values).
 FRESH_EVERY = 4
@@ -715,11 +716,11 @@ def _timing(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict) -> Non
                 fns["compile"], prepare["compile"] = (lambda: compiled(*fk.current)), fk
             t = time_gpu(fns, w.flush, target_ms, stop_above_ms=stop_above, stop_on="candidate", prepare=prepare)
             d["timing_window"] = (t_start, time.time())  # wall clock, to show one timing per GPU at a time
-            # still holding the GPU alone: the profile's kernel times are then not stretched by other jobs'
-            # kernels, and compare with the timed median (a pool's 8 jobs sharing the H200 stretched them 2x)
+            # still holding the GPU: the pool's other jobs do not stretch the profiled kernels (8 jobs sharing
+            # the H200 stretched them 2x), and the busy check sees the card as the timing did
             w.phase("kernel_share")
             # (on the timing's own inputs: a clone would be a seventh copy the memory grant does not count)
-            _kernel_share(w, state, model, d, r, timed_ms=t["candidate"]["median_ms"], inputs=fc.current)
+            _kernel_share(w, state, model, d, r, call_ms=t["candidate"]["estimate_ms"], inputs=fc.current)
             state["shared_measured"] = True
             w.unlock()
             state["locked"] = False
@@ -797,11 +798,12 @@ def _check_last(w: Any, state: dict, model: Any, xin: list, out: Any, d: dict) -
     raise Incorrect("mismatch", f"the last timed repetition (inputs mixed from two samples): {msg}")
 
 
-def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict, timed_ms: float | None = None,
+def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict, call_ms: float | None = None,
                   inputs: list | None = None) -> None:
     """Share of the time in the candidate's own kernels: those it launched (names recorded by the
     worker's launch hooks, never read from the source, whose comments can say anything). With
-    ``timed_ms`` (the timing's median, the GPU held alone as then), also the device-busy check."""
+    ``call_ms`` (the timing's fastest synchronised call, launches included), also the busy check
+    (:func:`_busy_check`): each profiled call then starts behind a spin kernel that long, three times."""
     if w.device_kind != "cuda":
         # Interpreter: the share of the candidate's forward time spent inside its own kernel launches.
         fs = state.get("forward_s") or 0.0
@@ -815,17 +817,29 @@ def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict, timed_ms: f
     from torch.profiler import ProfilerActivity, profile
 
     x = inputs if inputs is not None else clone_all(state["trials"][0]["inputs"])
+    spin = spin_cycles(min(SPIN_MAX_MS, max(SPIN_MIN_MS, 3 * call_ms))) if call_ms is not None else 0
+    fences = []
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(3):
+            if spin:
+                _sleep(spin)
+                start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+                start.record()
             _call(state, model, x)
+            if spin:
+                end.record()
+                fences.append((start, end))
         torch.cuda.synchronize()
     _integrity(state, "profiling")
     own = set(w.counter.names)  # launched in the trials, the follow check and the profiled calls
     total = mine = 0.0
     kernels: dict[str, float] = {}
-    for e in prof.events():
-        if e.device_type != DeviceType.CUDA:
-            continue
+    found = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    spins = [e for e in found if spin and "spin_kernel" in e.name and not _is_own(e.name, own)]
+    calls = [e for e in found if all(e is not k for k in spins)]
+    if spin:
+        _busy_check(calls, spins, fences, d)
+    for e in calls:
         us = e.time_range.elapsed_us()
         total += us
         kernels[e.name] = kernels.get(e.name, 0.0) + us
@@ -833,29 +847,34 @@ def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict, timed_ms: f
             mine += us
     r["own_kernel_share"] = mine / total if total > 0 else 0.0
     r["library_only"] = mine == 0.0
-    if timed_ms is not None:
-        _busy_check(prof, timed_ms, d)
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:10]
     d["kernels"] = [{"name": k[:120], "us_per_call": v / 3, "own": _is_own(k, own)} for k, v in top]
     d["own_kernels"] = sorted(own)
     d["kernel_win_eligible"] = not r["library_only"] and r["own_kernel_share"] >= KERNEL_WIN_SHARE
 
 
-def _busy_check(prof: Any, median: float, d: dict) -> None:
-    """The device's busy time per profiled call (the union of every kernel's interval, on any stream, from
-    CUPTI's device clock) against the timed median. The leftover check before the timing reads host clocks
-    and is blind when the host is slow: a side stream's kernels then finish while the host is still
-    launching them (H200, 12 test workers: 60 side-stream kernels of 0.13 ms judged correct). Device
-    clocks are not: a timing whose events missed most of the call's device work is rejected."""
-    from torch.autograd import DeviceType
+def _busy_check(calls: list, spins: list, fences: list, d: dict) -> None:
+    """Device work of the profiled calls outside their own timed window: the union of every kernel's
+    interval (any stream, CUPTI's device clock) against the call's events on the current stream.
 
-    busy_ms = union_length([(e.time_range.start, e.time_range.end) for e in prof.events()
-                            if e.device_type == DeviceType.CUDA]) / 3 / 1e3
-    d["device_busy_ms_per_call"] = busy_ms
-    if busy_ms > BUSY_FACTOR * median + LEFTOVER_MS:
+    Each call starts behind a spin kernel on the current stream, longer than the host takes to launch
+    the call, so the check does not depend on how fast the host is: work queued behind the call's
+    stream (``side.wait_stream(current)``) starts after the start event and, never joined, runs past
+    the end event; work that waits for nothing runs during the spin, before the start event. Either way
+    the device is busy longer than the events say. The leftover check before the timing reads host
+    clocks and is blind when the host is slow: with 12 test workers on the H200 a side stream's 60
+    kernels finished while the host was still launching them, and the candidate was judged correct.
+    An honest call's kernels all lie between its events, on a shared GPU too (both clocks stretch)."""
+    if len(spins) < len(fences):  # the spin kernel not seen by that name: no verdict from a check that cannot see
+        d["busy_check"] = {"skipped": f"{len(spins)} spin kernels found in the profile for {len(fences)} calls"}
+        return
+    busy_ms = union_length([(e.time_range.start, e.time_range.end) for e in calls]) / len(fences) / 1e3
+    event_ms = sum(s.elapsed_time(e) for s, e in fences) / len(fences)
+    d["busy_check"] = {"busy_ms": busy_ms, "event_ms": event_ms}
+    if busy_ms > BUSY_FACTOR * event_ms + BUSY_MARGIN_MS:
         raise Rejected("side_stream_escape",
-                       f"the device was busy {busy_ms:.3f} ms per call (every kernel, any stream) but the timed "
-                       f"median is {median:.3f} ms: work escapes the timed stream")
+                       f"the device was busy {busy_ms:.3f} ms per call (every kernel, any stream) but the call's "
+                       f"events on its stream span {event_ms:.3f} ms: work escapes the timed stream")
 
 
 def union_length(spans: list[tuple[float, float]]) -> float:

@@ -21,6 +21,7 @@ import torch
 _perf = time.perf_counter
 _Event = torch.cuda.Event
 _sync = torch.cuda.synchronize
+_sleep = torch.cuda._sleep
 
 # Adaptive repetitions: aim at this much timed work per callable, within these bounds.
 GPU_TARGET_MS = 300.0
@@ -146,6 +147,23 @@ def time_gpu(fns: dict[str, Callable[[], Any]], flush: L2Flush, target_ms: float
         out[n] = quantiles([s.elapsed_time(e) for s, e in events[n][:done]])
         out[n].update(estimate_ms=est[n], planned_reps=reps, early_stopped=done < reps)
     return out
+
+
+_CYCLES_PER_MS: list[float] = []
+
+
+def spin_cycles(ms: float) -> int:
+    """Cycles of ``torch.cuda._sleep`` (a one-thread ``spin_kernel`` on the current stream) that hold that stream
+    about ``ms``; the rate is measured once per process."""
+    if not _CYCLES_PER_MS:
+        _sync()
+        s, e = _Event(enable_timing=True), _Event(enable_timing=True)
+        s.record()
+        _sleep(1_000_000)
+        e.record()
+        e.synchronize()
+        _CYCLES_PER_MS.append(1_000_000 / max(s.elapsed_time(e), 1e-3))
+    return int(ms * _CYCLES_PER_MS[0])
 
 
 def side_stream_leftover(fn: Callable[[], Any], reps: int = 3) -> dict[str, float]:

@@ -165,6 +165,9 @@ def test_quick_timing_early_stop_and_gpu_s_on_cuda(sandbox_executor, problem):
     assert r["stopped"]["details"]["follow_check"] == "passed" and r["stopped"]["own_kernel_share"] > 0.9
     for res in r.values():
         d = res["details"]
+        # the busy check saw its spin kernels (else it gives no verdict) and this honest call inside its events
+        assert "busy_ms" in d["busy_check"], d["busy_check"]
+        assert d["busy_check"]["busy_ms"] <= d["busy_check"]["event_ms"] + 0.05, d["busy_check"]
         w0, w1 = d["timing_window"]
         assert d["gpu_s_parts"]["lock_s"] >= (w1 - w0) - 0.01, d["gpu_s_parts"]
         assert d["gpu_s_parts"]["run_s"] > 0 and 0 < d["gpu_s"] <= wall
