@@ -591,17 +591,17 @@ def test_kernelbench_conv_on_gpu_full_size(rel):
           f"own-kernel share {share}")
 
 
+# not 86 (depthwise separable): there tf32rn is 1143 of 537M elements beyond 1e-4 of cuDNN (H200, 2026-12-01),
+# which is why the seed calls cuDNN on a TF32 reference (codegen.CONV_ON_TF32_REFERENCE)
 KB_TF32RN = ["level2/47_Conv3d_Mish_Tanh.py",
-             pytest.param("level2/2_ConvTranspose2d_BiasAdd_Clamp_Scaling_Clamp_Divide.py", marks=_BIG),
-             pytest.param("level1/86_conv_depthwise_separable_2D.py", marks=_BIG)]
+             pytest.param("level2/2_ConvTranspose2d_BiasAdd_Clamp_Scaling_Clamp_Divide.py", marks=_BIG)]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rel", KB_TF32RN)
 def test_tf32rn_own_conv_on_gpu_full_size(rel):
     """Our own conv with every conv group at "tf32rn", judged against the cuDNN TF32 reference at full
-    size: the question experiments/probes/conv_tf32.py asks. If these pass, ``CONV_ON_TF32_REFERENCE``
-    may become "tf32rn" (the seed then keeps its own conv on the GPU)."""
+    size, where it matches (the probe experiments/probes/conv_tf32.py found where it does not)."""
     from kernellab.agents.builtin import Precision
 
     path = KB_DIR / rel
