@@ -117,7 +117,8 @@ def test_every_policy_explores_three_levels_deep_on_the_cpu(policy):
 @pytest.mark.gpu
 def test_on_a_gpu_scores_are_measured_never_modelled():
     store = Store(":memory:")
-    cfg = CampaignConfig(problems=[str(GEMM)], budget=3, width=2, trials=2)
+    # neither tuning nor the Inductor seed (their own GPU tests cover them): 247 s with both, under the suite's load
+    cfg = CampaignConfig(problems=[str(GEMM)], budget=3, width=2, trials=2, tune_trials=0, inductor_seed=False)
     cid = start_campaign(store, cfg, name="gpu-measured")
     run_campaign(store, cid)
     fulls = [e for e in store.evaluations(campaign_id=cid) if e["kind"] == "full" and e["status"] == "correct"]

@@ -206,7 +206,8 @@ def test_the_only_worker_killed_mid_job_is_restarted_by_its_nanny_and_takes_the_
 def test_gpu_worker_killed_mid_bench_loses_and_duplicates_no_evaluation(tmp_path: Path) -> None:
     """The same on the GPU host's cluster (one worker per GPU; with one GPU its worker is restarted by its nanny
     and takes the job again). Small sizes, one trial: the Dask mechanics do not need full-size problems."""
-    kw = {**KW, "device": "cuda", "small": True, "trials": 1}
+    # no tuning, no Inductor seed (on by default with CUDA; 205 s with them): the mechanics need neither
+    kw = {**KW, "device": "cuda", "small": True, "trials": 1, "tune_trials": 0, "inductor_seed": False}
     result, _, _ = _bench_killing_a_worker(tmp_path, DaskExecutor("local", slots=2), kw)
     assert result["summary"]["correct"] >= 1
 
