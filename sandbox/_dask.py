@@ -242,6 +242,29 @@ def parse_cluster(text: str) -> tuple[str, int | None]:
     return text, None
 
 
+class _Absence:
+    """How long something (a worker of one kind) has been missing, looked at from time to time: the one clock
+    behind both the jobs' bound (``_watch``) and a direct wait's (``_wait``)."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        self.since: float | None = None
+
+    def over(self, missing: bool) -> float | None:
+        """Record one look; the seconds missing once they reach the limit (the clock then starts again)."""
+        if not missing:
+            self.since = None
+            return None
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        waited = now - self.since
+        if waited < self.limit_s:
+            return None
+        self.since = None
+        return waited
+
+
 class DaskExecutor(Executor):
     """Jobs on a Dask cluster (see the module docstring). ``cluster``: ``"local"``/``"local:N"`` (a cluster in
     this process, closed with the executor) or a scheduler address (``tcp://HOST:8786``, left running).
@@ -409,22 +432,14 @@ class DaskExecutor(Executor):
         """Answers the jobs that no worker can take: while jobs are out, looks at the cluster every ``WATCH_S``;
         once it has had no worker of a job's kind for ``worker_wait_s``, every job of that kind gets the
         infrastructure result ``worker_start`` (its task cancelled, so a worker joining later does not run it)."""
-        missing_since: dict[str, float] = {}
+        absent = {kind: _Absence(self.worker_wait_s) for kind in ("cuda", "cpu")}
         while not self._stop.wait(min(WATCH_S, self.worker_wait_s / 4)):
             with self._lock:
                 kinds = {entry[3] for entry in self._pending.values()}
-            if not kinds:
-                missing_since.clear()
-                continue
-            has = self._capable()
-            now = time.monotonic()
-            for kind in ("cuda", "cpu"):
-                if kind not in kinds or has[kind]:
-                    missing_since.pop(kind, None)
-                    continue
-                waited = now - missing_since.setdefault(kind, now)
-                if waited >= self.worker_wait_s:
-                    missing_since.pop(kind, None)
+            has = self._capable() if kinds else {}
+            for kind, clock in absent.items():
+                waited = clock.over(kind in kinds and not has[kind])
+                if waited is not None:
                     self._give_up(kind, waited)
 
     def _give_up(self, kind: str, waited: float) -> None:
@@ -449,21 +464,17 @@ class DaskExecutor(Executor):
         ``worker_wait_s`` (the same bound as the jobs', for a task outside them)."""
         from distributed import TimeoutError as DaskTimeout  # asyncio's, not the builtin, before Python 3.11
 
-        missing: float | None = None
+        clock = _Absence(self.worker_wait_s)
         while True:
             try:
                 return dfut.result(timeout=WATCH_S)
             except (TimeoutError, DaskTimeout):
                 pass
-            now = time.monotonic()
-            if self._capable()[kind]:
-                missing = None
-            elif missing is None:
-                missing = now
-            elif now - missing >= self.worker_wait_s:
+            waited = clock.over(not self._capable()[kind])
+            if waited is not None:
                 dfut.cancel()
                 raise SandboxError(f"the Dask cluster has had no {'GPU' if kind == 'cuda' else 'CPU'} worker for "
-                                   f"{now - missing:.0f} s")
+                                   f"{waited:.0f} s")
 
     def profile(self, problem: Problem, source: str, config: dict | None = None, small: bool = False) -> Any:
         """:func:`kernellab.sandbox.profile` on a GPU worker of the cluster, inside that worker's exclusive hold

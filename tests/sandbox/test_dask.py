@@ -527,3 +527,15 @@ def test_gpu_cluster_one_worker_per_gpu_timing_exclusive_baseline_cached_remotel
                         assert b <= t0 or t1 <= a, f"job {j}'s trial {(a, b)} overlapped job {i}'s timing"
     finally:
         ex.shutdown()
+
+
+def test_absence_clock_fires_once_the_limit_is_reached_and_starts_again():
+    """The one clock behind the jobs' and a direct wait's bound on a missing worker kind."""
+    from kernellab.sandbox._dask import _Absence
+
+    patient = _Absence(3600.0)
+    assert patient.over(True) is None and patient.since is not None  # missing: counting, far from the limit
+    assert patient.over(False) is None and patient.since is None  # seen again: the clock is reset
+    eager = _Absence(0.0)
+    assert eager.over(True) == 0.0  # at the limit on the first look
+    assert eager.since is None  # and counting again from the next look
