@@ -10,8 +10,16 @@
 # installed into /tmp/site with kernellab itself. Of dask/distributed's pure-Python needs the host's torch image
 # lacks dask distributed partd locket tblib tornado zict (it has cloudpickle toolz fsspec msgpack sortedcontainers
 # psutil pyyaml jinja2 click packaging urllib3; dask's importlib_metadata is for Python < 3.12 only).
+#
+# KERNELLAB_COMMIT=<commit>: the commit the results record. Pass it on a host whose copy of the tree is not a git
+# checkout of that commit (the device tool's copy keeps the session's starting commit in .git, and the results of
+# every later call said that commit "+dirty"): e.g. run `KERNELLAB_COMMIT=$(git rev-parse --short=12 HEAD)` here and
+# put the value in the remote command.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ -z "${KERNELLAB_COMMIT:-}" ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  echo "gpu_check: the tree differs from its git HEAD and KERNELLAB_COMMIT is not set: results will name HEAD +dirty" >&2
+fi
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
