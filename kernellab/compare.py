@@ -301,8 +301,6 @@ def _geomean(vals: list[float]) -> float | None:
 def analyze(runs: list[Run], *, by: str = "strategy", tie: float = 0.01, n_boot: int = 10_000, seed: int = 0,
             grid: int = 60) -> dict:
     """Everything the page and ``--json`` show, from finished runs (see the module's docstring)."""
-    import numpy as np
-
     runs = [r for r in runs if r.finished]
     if not runs:
         raise CompareError("no finished campaign to compare")
@@ -322,105 +320,15 @@ def analyze(runs: list[Run], *, by: str = "strategy", tie: float = 0.01, n_boot:
     xs_n = list(range(1, horizon + 1))
     # 5% past the last evaluation, so that the value every run ends with is drawn with some width
     xs_t = [1.05 * max_s * i / (grid - 1) for i in range(grid)] if max_s > 0 else [0.0]
-
-    per_run = []
-    for r in runs:
-        ref = best_curve.get(r.problem_id)
-        norm_curve = [_norm(_at(r.points, x, 0), ref) for x in xs_n]
-        reach = next((p for p in r.points if ref and p[2] is not None and p[2] >= REACH * ref), None)
-        per_run.append({
-            "campaign": r.campaign, "campaign_id": r.campaign_id, "problem": r.problem, "problem_id": r.problem_id,
-            "seed": r.seed, "group": r.group, "policy": r.policy, "agents": r.agents, "prompts": r.prompts,
-            "interpreted": r.interpreted, "objective": r.objective, "evaluations": r.evaluations,
-            "evaluations_spent": len(r.points), "gpu_s": r.gpu_s, "best": r.best, "final": r.final,
-            "final_retimed": r.final_retimed, "final_normalized": _norm(r.final, best_final.get(r.problem_id)),
-            "auc": float(np.mean(norm_curve)) if norm_curve else 0.0,
-            "evaluations_to_95": reach[0] if reach else None, "gpu_s_to_95": reach[1] if reach else None,
-            "llm_calls": r.llm_calls, "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
-            "usd": r.usd, "failures": r.failures, "points": r.points, "_norm_curve": norm_curve})
-
-    strategies = []
-    curves: dict[str, dict] = {}
+    per_run = [_run_row(r, best_curve.get(r.problem_id), best_final.get(r.problem_id), xs_n) for r in runs]
+    strategies, curves = [], {}
     for g in groups:
         mine = [p for p in per_run if p["group"] == g]
-        raw_n = [[_at(p["points"], x, 0) for x in xs_n] for p in mine]
-        raw_t = [[_at(p["points"], x, 1) for x in xs_t] for p in mine]
-        norm = [p["_norm_curve"] for p in mine]
-
-        def band(rows: list[list[float | None]], xs: list[float]) -> dict:
-            out: dict[str, list] = {"x": list(xs), "median": [], "p25": [], "p75": [], "n": []}
-            for j in range(len(xs)):
-                col = [row[j] for row in rows if row[j] is not None]
-                out["median"].append(_pct(col, 50))
-                out["p25"].append(_pct(col, 25))
-                out["p75"].append(_pct(col, 75))
-                out["n"].append(len(col))
-            return out
-
-        curves[g] = {"evaluations": band(raw_n, xs_n), "gpu_s": band(raw_t, xs_t),
-                     "normalized": band([[float(v) for v in row] for row in norm], xs_n)}
-        by_problem: dict[str, list[float]] = defaultdict(list)
-        for p in mine:
-            by_problem[p["problem_id"]].append(p["auc"])
-        auc, auc_lo, auc_hi = _cluster_boot(by_problem, n_boot, seed)
-        finals = [p["final"] for p in mine if p["final"] is not None]
-        reached = [p for p in mine if p["evaluations_to_95"] is not None]
-        gain = sum(max(0.0, (p["final"] or 0.0) - 1.0) for p in mine) if not interpreted else None
-        tokens = sum(p["input_tokens"] + p["output_tokens"] for p in mine)
-        usd = sum(p["usd"] for p in mine)
-        calls = sum(p["llm_calls"] for p in mine)
-        fails: Counter = Counter()
-        for p in mine:
-            fails.update(p["failures"])
-        n_eval = sum(p["evaluations"] for p in mine)
-        strategies.append({
-            "group": g, "runs": len(mine), "problems": len({p["problem_id"] for p in mine}),
-            "seeds": sorted({p["seed"] for p in mine}), "correct_found": len(finals),
-            "final_median": _pct(finals, 50), "final_p25": _pct(finals, 25), "final_p75": _pct(finals, 75),
-            "final_geomean": _geomean(finals),
-            "final_normalized_mean": float(np.mean([p["final_normalized"] for p in mine])),
-            "auc": auc, "auc_ci": [auc_lo, auc_hi],
-            "evaluations_to_95_median": _pct([p["evaluations_to_95"] for p in reached], 50),
-            "gpu_s_to_95_median": _pct([p["gpu_s_to_95"] for p in reached], 50),
-            "reached_95": len(reached), "evaluations": n_eval, "evaluations_spent": sum(p["evaluations_spent"] for p in mine),
-            "gpu_s": sum(p["gpu_s"] for p in mine),
-            "llm": {"calls": calls, "input_tokens": sum(p["input_tokens"] for p in mine),
-                    "output_tokens": sum(p["output_tokens"] for p in mine), "tokens": tokens, "usd": usd,
-                    "gain": gain,
-                    "tokens_per_gain": tokens / gain if calls and gain else None,
-                    "usd_per_gain": usd / gain if calls and gain else None},
-            "failures": dict(fails.most_common()), "failed": sum(fails.values()),
-            "failure_rate": sum(fails.values()) / n_eval if n_eval else None})
-
-    pairs = []
-    for a in groups:
-        for b in groups:
-            if a == b:
-                continue
-            ra = {(p["problem_id"], p["seed"]): p for p in per_run if p["group"] == a}
-            rb = {(p["problem_id"], p["seed"]): p for p in per_run if p["group"] == b}
-            keys = sorted(set(ra) & set(rb))
-            w = t = lo = 0
-            diffs: dict[str, list[float]] = defaultdict(list)
-            flat, ratios = [], []
-            for k in keys:
-                x, y = ra[k]["final_normalized"], rb[k]["final_normalized"]
-                if abs(x - y) <= tie * max(abs(x), abs(y)):
-                    t += 1
-                elif x > y:
-                    w += 1
-                else:
-                    lo += 1
-                diffs[k[0]].append(x - y)
-                flat.append(x - y)
-                fa, fb = ra[k]["final"], rb[k]["final"]
-                if fa and fb and fa > 0 and fb > 0:
-                    ratios.append(math.log(fa / fb))
-            mean, ci_lo, ci_hi = _cluster_boot(diffs, n_boot, seed)
-            pairs.append({"a": a, "b": b, "pairs": len(keys), "wins": w, "ties": t, "losses": lo,
-                          "mean_diff": mean, "ci": [ci_lo, ci_hi], "wilcoxon_p": _wilcoxon(flat),
-                          "ratio_geomean": math.exp(sum(ratios) / len(ratios)) if ratios else None,
-                          "problems": len(diffs)})
+        curves[g] = {"evaluations": _band([[_at(p["points"], x, 0) for x in xs_n] for p in mine], xs_n),
+                     "gpu_s": _band([[_at(p["points"], x, 1) for x in xs_t] for p in mine], xs_t),
+                     "normalized": _band([[float(v) for v in p["_norm_curve"]] for p in mine], xs_n)}
+        strategies.append(_strategy_row(g, mine, interpreted, n_boot, seed))
+    pairs = [_pair_row(a, b, per_run, tie, n_boot, seed) for a in groups for b in groups if a != b]
     for p in per_run:
         p.pop("_norm_curve")
     label = INTERPRETED_LABEL if interpreted else " / ".join(OBJECTIVE_LABELS.get(o, o) for o in objectives)
@@ -430,6 +338,104 @@ def analyze(runs: list[Run], *, by: str = "strategy", tie: float = 0.01, n_boot:
             "tie": tie, "bootstrap": n_boot, "seed": seed, "reach": REACH, "horizon": horizon,
             "strategies": strategies, "pairs": pairs, "curves": curves, "runs": per_run,
             "best_by_problem": {"curve": best_curve, "final": best_final}}
+
+
+def _run_row(r: Run, ref: float | None, best_final: float | None, xs_n: list[int]) -> dict:
+    """One run's row: its figures, its curve normalized by the best any run of its problem reached (``ref``)
+    and the evaluations and GPU-seconds it took to reach REACH of that."""
+    import numpy as np
+
+    norm_curve = [_norm(_at(r.points, x, 0), ref) for x in xs_n]
+    reach = next((p for p in r.points if ref and p[2] is not None and p[2] >= REACH * ref), None)
+    return {"campaign": r.campaign, "campaign_id": r.campaign_id, "problem": r.problem, "problem_id": r.problem_id,
+            "seed": r.seed, "group": r.group, "policy": r.policy, "agents": r.agents, "prompts": r.prompts,
+            "interpreted": r.interpreted, "objective": r.objective, "evaluations": r.evaluations,
+            "evaluations_spent": len(r.points), "gpu_s": r.gpu_s, "best": r.best, "final": r.final,
+            "final_retimed": r.final_retimed, "final_normalized": _norm(r.final, best_final),
+            "auc": float(np.mean(norm_curve)) if norm_curve else 0.0,
+            "evaluations_to_95": reach[0] if reach else None, "gpu_s_to_95": reach[1] if reach else None,
+            "llm_calls": r.llm_calls, "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+            "usd": r.usd, "failures": r.failures, "points": r.points, "_norm_curve": norm_curve}
+
+
+def _band(rows: list[list[float | None]], xs: list) -> dict:
+    """Median and 25-75% band of the rows' values at each x (a row's None: no value there yet)."""
+    out: dict[str, list] = {"x": list(xs), "median": [], "p25": [], "p75": [], "n": []}
+    for j in range(len(xs)):
+        col = [row[j] for row in rows if row[j] is not None]
+        out["median"].append(_pct(col, 50))
+        out["p25"].append(_pct(col, 25))
+        out["p75"].append(_pct(col, 75))
+        out["n"].append(len(col))
+    return out
+
+
+def _strategy_row(g: str, mine: list[dict], interpreted: bool, n_boot: int, seed: int) -> dict:
+    """One group's summary over its runs: finals, area under the curve (bootstrapped over problems), reach,
+    spending, LLM cost per unit of gain, failures."""
+    import numpy as np
+
+    by_problem: dict[str, list[float]] = defaultdict(list)
+    for p in mine:
+        by_problem[p["problem_id"]].append(p["auc"])
+    auc, auc_lo, auc_hi = _cluster_boot(by_problem, n_boot, seed)
+    finals = [p["final"] for p in mine if p["final"] is not None]
+    reached = [p for p in mine if p["evaluations_to_95"] is not None]
+    gain = sum(max(0.0, (p["final"] or 0.0) - 1.0) for p in mine) if not interpreted else None
+    tokens = sum(p["input_tokens"] + p["output_tokens"] for p in mine)
+    usd = sum(p["usd"] for p in mine)
+    calls = sum(p["llm_calls"] for p in mine)
+    fails: Counter = Counter()
+    for p in mine:
+        fails.update(p["failures"])
+    n_eval = sum(p["evaluations"] for p in mine)
+    return {
+        "group": g, "runs": len(mine), "problems": len({p["problem_id"] for p in mine}),
+        "seeds": sorted({p["seed"] for p in mine}), "correct_found": len(finals),
+        "final_median": _pct(finals, 50), "final_p25": _pct(finals, 25), "final_p75": _pct(finals, 75),
+        "final_geomean": _geomean(finals),
+        "final_normalized_mean": float(np.mean([p["final_normalized"] for p in mine])),
+        "auc": auc, "auc_ci": [auc_lo, auc_hi],
+        "evaluations_to_95_median": _pct([p["evaluations_to_95"] for p in reached], 50),
+        "gpu_s_to_95_median": _pct([p["gpu_s_to_95"] for p in reached], 50),
+        "reached_95": len(reached), "evaluations": n_eval, "evaluations_spent": sum(p["evaluations_spent"] for p in mine),
+        "gpu_s": sum(p["gpu_s"] for p in mine),
+        "llm": {"calls": calls, "input_tokens": sum(p["input_tokens"] for p in mine),
+                "output_tokens": sum(p["output_tokens"] for p in mine), "tokens": tokens, "usd": usd,
+                "gain": gain,
+                "tokens_per_gain": tokens / gain if calls and gain else None,
+                "usd_per_gain": usd / gain if calls and gain else None},
+        "failures": dict(fails.most_common()), "failed": sum(fails.values()),
+        "failure_rate": sum(fails.values()) / n_eval if n_eval else None}
+
+
+def _pair_row(a: str, b: str, per_run: list[dict], tie: float, n_boot: int, seed: int) -> dict:
+    """Group ``a`` against ``b`` over the (problem, seed) pairs both ran: wins/ties/losses of the normalized
+    finals, their mean difference with a bootstrap interval over problems, Wilcoxon's p, the geomean ratio."""
+    ra = {(p["problem_id"], p["seed"]): p for p in per_run if p["group"] == a}
+    rb = {(p["problem_id"], p["seed"]): p for p in per_run if p["group"] == b}
+    keys = sorted(set(ra) & set(rb))
+    w = t = lo = 0
+    diffs: dict[str, list[float]] = defaultdict(list)
+    flat, ratios = [], []
+    for k in keys:
+        x, y = ra[k]["final_normalized"], rb[k]["final_normalized"]
+        if abs(x - y) <= tie * max(abs(x), abs(y)):
+            t += 1
+        elif x > y:
+            w += 1
+        else:
+            lo += 1
+        diffs[k[0]].append(x - y)
+        flat.append(x - y)
+        fa, fb = ra[k]["final"], rb[k]["final"]
+        if fa and fb and fa > 0 and fb > 0:
+            ratios.append(math.log(fa / fb))
+    mean, ci_lo, ci_hi = _cluster_boot(diffs, n_boot, seed)
+    return {"a": a, "b": b, "pairs": len(keys), "wins": w, "ties": t, "losses": lo,
+            "mean_diff": mean, "ci": [ci_lo, ci_hi], "wilcoxon_p": _wilcoxon(flat),
+            "ratio_geomean": math.exp(sum(ratios) / len(ratios)) if ratios else None,
+            "problems": len(diffs)}
 
 
 def compare(store: Any, *, study: str | None = None, campaigns: tuple[str, ...] | list[str] = (),
