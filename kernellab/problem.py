@@ -309,15 +309,18 @@ def make_inputs(mod: types.ModuleType, dtype: torch.dtype, device: str | torch.d
     then come from the device's generator, seeded the same way each time, so a sample made again is
     the same sample. A ``get_inputs`` that cannot run under a device context is run on the host."""
     dev = torch.device(device)
+
+    def draw() -> list:
+        torch.manual_seed(seed)
+        return cast_inputs(list(mod.get_inputs()), dtype, dev)
+
     if dev.type == "cuda":
         try:
-            torch.manual_seed(seed)
             with dev:
-                return cast_inputs(list(mod.get_inputs()), dtype, dev)
+                return draw()
         except Exception:  # e.g. a .numpy() on a made tensor: the host's way, which raises what it raises
             pass
-    torch.manual_seed(seed)
-    return cast_inputs(list(mod.get_inputs()), dtype, dev)
+    return draw()
 
 
 def instantiate(problem: Problem, small: bool, seed: int, device: str = "cpu", check: bool = False,

@@ -47,7 +47,7 @@ from typing import Any
 from kernellab.problem import Problem, content_hash
 
 from ._env import protect_parent, worker_env
-from ._gpu import GIB, JOB_OVERHEAD, POISON_CAP, MemoryBudget, RWLock, TooBig, estimate, retry_admission
+from ._gpu import GIB, JOB_OVERHEAD, OOM_CLASSES, POISON_CAP, MemoryBudget, RWLock, TooBig, estimate, retry_admission
 from ._result import empty_result, infra_result, is_infra, truncate
 
 __all__ = ["Limits", "EvalJob", "Executor", "LocalExecutor", "default_executor", "SandboxError"]
@@ -611,7 +611,7 @@ class LocalExecutor(Executor):
             if plan is None:
                 return result, worker
             alone, retry_need, forced_reason = plan
-            if cls in ("oom", "infra:oom") and retry_need is not None:
+            if cls in OOM_CLASSES and retry_need is not None:
                 # later jobs of this problem start with the grant that is being tried now
                 with self._lock:
                     self._oom_needs[key] = max(self._oom_needs.get(key, 0), retry_need)

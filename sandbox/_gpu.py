@@ -176,7 +176,7 @@ def retry_admission(error_class: str, infra: bool, kind: str, alone: bool, grant
     same rules, which is how tests exercise them.) An OOM again while sharing, or any other
     retried infrastructure failure (``sandbox``, a bug of ours), runs alone, so an ``oom`` verdict is
     only ever given with the whole device. A failure alone after a retry is the result."""
-    oom = error_class in ("oom", "infra:oom")
+    oom = error_class in OOM_CLASSES
     if not ((infra and error_class in RETRIED) or (kind == "cuda" and error_class == "oom" and not alone)):
         return None
     if oom and not alone and grant and attempts == 1 and 2 * grant <= budget // 2:
@@ -186,8 +186,9 @@ def retry_admission(error_class: str, infra: bool, kind: str, alone: bool, grant
     return None
 
 
-# infrastructure failures worth another attempt (see retry_admission)
+# infrastructure failures worth another attempt, and the out-of-memory classes (see retry_admission)
 RETRIED = ("infra:oom", "sandbox")
+OOM_CLASSES = ("oom", "infra:oom")
 
 
 def footprint(params: int, inputs: int, outputs: int, largest_input: int = 0) -> int:

@@ -103,8 +103,8 @@ def _fingerprint(xs: list) -> list:
         word = _WORD.get(t.element_size())
         bits = t.view(word) if word is not None and t.dtype != torch.bool else t.to(torch.int64)
         s1 = s2 = 0
-        for lo in range(0, t.numel(), _FP_CHUNK):
-            b = bits[lo:lo + _FP_CHUNK].to(torch.int64)
+        for lo in range(0, t.numel(), FP_CHUNK):
+            b = bits[lo:lo + FP_CHUNK].to(torch.int64)
             w = torch.arange(lo, lo + b.numel(), device=b.device, dtype=torch.int64) % 65521 + 1
             s1 += int(b.sum())
             s2 += int((b * w).sum())
@@ -112,8 +112,6 @@ def _fingerprint(xs: list) -> list:
     return out
 
 
-# smaller chunks, smaller int64 temporaries (the sums do not depend on the chunk); the memory estimate counts them
-_FP_CHUNK = FP_CHUNK
 
 
 # A trial's inputs up to this size stay alive for the whole job (a read returns a fresh copy):
@@ -834,9 +832,10 @@ def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict, call_ms: fl
     own = set(w.counter.names)  # launched in the trials, the follow check and the profiled calls
     total = mine = 0.0
     kernels: dict[str, float] = {}
-    found = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-    spins = [e for e in found if spin and "spin_kernel" in e.name and not _is_own(e.name, own)]
-    calls = [e for e in found if all(e is not k for k in spins)]
+    spins, calls = [], []  # our spin kernels apart from the call's own work
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            (spins if spin and "spin_kernel" in e.name and not _is_own(e.name, own) else calls).append(e)
     if spin:
         _busy_check(calls, spins, fences, d)
     for e in calls:
