@@ -119,6 +119,9 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--db", default="optimize-bench.db")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "experiments" / "results")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="An earlier run's results JSON: its models' rows are kept unless this run measures them "
+                         "again (a bench longer than one call goes on in the next).")
     args = ap.parse_args()
     level3 = args.kernelbench / "level3"
     items = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -126,7 +129,10 @@ def main() -> int:
         print(f"bench_optimize: {level3}: no such folder (set KERNELBENCH_DIR or --kernelbench)", file=sys.stderr)
         return 2
     device = env.default_device()
-    models = []
+    kept = json.loads(args.keep.read_text())["models"] if args.keep else []
+    models: list[dict] = []
+    now = dt.datetime.now(dt.timezone.utc)
+    base = None
     for item in items:
         name = item.partition("@")[0].rpartition(":")[2]
         print(f"{name}:", flush=True)
@@ -135,23 +141,30 @@ def main() -> int:
         except Exception as exc:  # one model's failure is a row of the results, not the end of the run
             models.append({"name": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
             print(f"  error: {models[-1]['error']}", flush=True)
+        # written after every model: a run cut off by a time limit keeps the models it finished
+        res, base = write(args, device, now, [m for m in kept if m["name"] not in {x["name"] for x in models}] + models)
+    if base is None:
+        return 2
+    print(markdown(res))
+    print(f"results: {base}.json and {base}.md")
+    return 0 if res["summary"]["correct"] == len(res["models"]) else 1
+
+
+def write(args: argparse.Namespace, device: str, now: dt.datetime, models: list[dict]) -> tuple[dict, str]:
     ok = [m for m in models if "error" not in m]
     summary = {"correct": sum(1 for m in ok if m["check"] is None or m["check"]["ok"]),
                "ge_1_1x_vs_compile": sum(1 for m in ok if (m.get("timing") or {}).get("speedup_vs_compile", 0) >= 1.1
                                          and m["check"] and m["check"]["ok"]),
                "covered_share": {m["name"]: m["covered_share"] for m in ok}}
-    now = dt.datetime.now(dt.timezone.utc)
     res = {"date": now.isoformat(timespec="seconds"), "device": env.device_name(device), "versions": env.versions(device),
            "commit": env.git_commit(), "budget": args.budget, "time_budget_s": args.time_budget,
            "max_heavy": args.max_heavy, "models": models, "summary": summary}
     slug = re.sub(r"[^a-z0-9]+", "-", res["device"].lower()).strip("-")[:24]
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    base = args.out_dir / f"{now.strftime('%Y-%m-%d')}-{slug}-optimize"
+    base = str(args.out_dir / f"{now.strftime('%Y-%m-%d')}-{slug}-optimize")
     Path(f"{base}.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
     Path(f"{base}.md").write_text(markdown(res))
-    print(markdown(res))
-    print(f"results: {base}.json and {base}.md")
-    return 0 if summary["correct"] == len(models) else 1
+    return res, base
 
 
 if __name__ == "__main__":

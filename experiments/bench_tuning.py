@@ -28,7 +28,6 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -278,9 +277,10 @@ def summarize(grid: dict, studies: list[dict], budget: int) -> dict:
 
 # -- reporting -------------------------------------------------------------------------------------
 def context() -> dict:
+    from kernellab import env  # KERNELLAB_COMMIT where the tree is a copy (the GPU host's), else git's HEAD
+
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True, timeout=10).stdout.strip()
+        commit = env.git_commit() or ""
     except Exception:
         commit = ""
     return {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU interpreter ({platform.processor() or platform.machine()})",
@@ -314,6 +314,12 @@ def render(results: dict) -> str:
         for st in r["studies"]:
             out.append(f"| {st['seed']} | {_f(st['reached_evals'], 0)} | {_f(st['reached_wall_s'])} | "
                        f"{_f(st['reached_own_evals'], 0)} | {st['gap']:+.1%} | {st['wall_s']:.1f} |")
+        planned = r.get("seeds_planned", len(r["studies"]))
+        if len(r["studies"]) < planned:
+            out += ["", f"**Cut off: {len(r['studies'])} of {planned} seeds finished**; the figures below are over those."]
+        if s is None:
+            out.append("")
+            continue
         verdict = "**yes**" if s["passes"] else "**no**"
         out += ["", f"Budget 25% = {s['budget']} evaluations. Median evaluations to within 3%: "
                 f"{_f(s['median_evals_to_3pct'], 0)} ({s['reached']}/{s['seeds']} seeds reached it) -> goal met: {verdict}. "
@@ -348,22 +354,30 @@ def main() -> None:
         budget = math.ceil(SHARE * grid["configs"])
         print(f"{name}: grid {grid['configs']} configs, best {grid['best_ms']:.4f} ms, {grid['wall_s']:.1f} s",
               flush=True)
-        studies = []
+        studies: list[dict] = []
+
+        def save(summary: dict | None, tpl=tpl, name=name, grid=grid, studies=studies, budget=budget) -> None:
+            # after the grid and after each seed: a run cut off by a time limit keeps what it measured
+            results[name] = {"context": context(), "shape": tpl.shape, "space": tpl.space, "smoke": args.smoke,
+                             "warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms, "grid": grid, "studies": studies,
+                             "summary": (summary or summarize(grid, studies, budget)) if studies else None,
+                             "seeds_planned": args.seeds}
+            out.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps(results, indent=1, default=str))
+            out.write_text(render(results))
+
+        save(None)
         for seed in range(args.seeds):
             st = run_study(tpl, args, grid, seed, budget, interpreted)
             studies.append(st)
             print(f"  seed {seed}: within 3% after {st['reached_evals']} evals, gap at budget {st['gap']:+.1%}, "
                   f"{st['wall_s']:.1f} s", flush=True)
+            save(None)
         summary = summarize(grid, studies, budget)
         print(f"  median evals to within 3%: {summary['median_evals_to_3pct']} of budget {budget} -> "
               f"{'PASS' if summary['passes'] else 'FAIL'}; grid {grid['wall_s']:.1f} s vs study "
               f"{summary['median_study_wall_s']:.1f} s", flush=True)
-        results[name] = {"context": context(), "shape": tpl.shape, "space": tpl.space, "smoke": args.smoke,
-                         "warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms, "grid": grid, "studies": studies,
-                         "summary": summary}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(results, indent=1, default=str))
-    out.write_text(render(results))
+        save(summary)
     print(f"wrote {out} and {json_path}")
 
 
