@@ -718,7 +718,8 @@ def _timing(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict) -> Non
             # the H200 stretched them 2x), and the busy check sees the card as the timing did
             w.phase("kernel_share")
             # (on the timing's own inputs: a clone would be a seventh copy the memory grant does not count)
-            _kernel_share(w, state, model, d, r, call_ms=t["candidate"]["estimate_ms"], inputs=fc.current)
+            _kernel_share(w, state, model, d, r, call_ms=t["candidate"]["estimate_ms"], inputs=fc.current,
+                          integrity=False)  # _integrity(state, "timing") below, once grad mode is back
             state["shared_measured"] = True
             w.unlock()
             state["locked"] = False
@@ -797,11 +798,13 @@ def _check_last(w: Any, state: dict, model: Any, xin: list, out: Any, d: dict) -
 
 
 def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict, call_ms: float | None = None,
-                  inputs: list | None = None) -> None:
+                  inputs: list | None = None, integrity: bool = True) -> None:
     """Share of the time in the candidate's own kernels: those it launched (names recorded by the
     worker's launch hooks, never read from the source, whose comments can say anything). With
     ``call_ms`` (the timing's fastest synchronised call, launches included), also the busy check
-    (:func:`_busy_check`): each profiled call then starts behind a spin kernel that long, three times."""
+    (:func:`_busy_check`): each profiled call then starts behind a spin kernel that long, three times.
+    ``integrity=False``: the caller checks the integrity after it (inside the timing, grad mode is off on
+    purpose, and a check there would take that for the candidate's change)."""
     if w.device_kind != "cuda":
         # Interpreter: the share of the candidate's forward time spent inside its own kernel launches.
         fs = state.get("forward_s") or 0.0
@@ -828,7 +831,8 @@ def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict, call_ms: fl
                 end.record()
                 fences.append((start, end))
         torch.cuda.synchronize()
-    _integrity(state, "profiling")
+    if integrity:
+        _integrity(state, "profiling")
     own = set(w.counter.names)  # launched in the trials, the follow check and the profiled calls
     total = mine = 0.0
     kernels: dict[str, float] = {}
