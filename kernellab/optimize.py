@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from kernellab._tracing import TRACE_LOCK
 from kernellab.problem import Problem, ProblemError, content_hash
 
 __all__ = ["OptimizeError", "Unit", "split", "profile_units", "optimize", "patch", "time_models", "load_model_spec"]
@@ -150,7 +151,8 @@ def _trace(unit: Unit) -> None:
     # a leaf (BatchNorm2d) is traced as the one call of a Sequential: FX traces into a root module
     root = body if list(body.children()) else nn.Sequential(body)
     try:
-        gm = torch.fx.symbolic_trace(root)
+        with TRACE_LOCK:
+            gm = torch.fx.symbolic_trace(root)
         parts.append(gm.code)
         unit.traced = gm
     except Exception as exc:  # data-dependent control flow, a size used as a slice bound, ...
@@ -175,8 +177,9 @@ def _exported(unit: Unit, args: tuple, kwargs: dict | None = None) -> tuple[nn.M
             body = copy.deepcopy(unit.body())
             out = body(*args, **kwargs)
             out_meta = _out_meta(out)
-            ep = torch.export.export(body, tuple(_detach(a) for a in args),
-                                     {k: _detach(v) for k, v in kwargs.items()}).module()
+            with TRACE_LOCK:
+                ep = torch.export.export(body, tuple(_detach(a) for a in args),
+                                         {k: _detach(v) for k, v in kwargs.items()}).module()
         # a plain GraphModule, which pickles for the sandbox workers: positional tensor arguments, no
         # guard module (a local function), the output's tensors only
         ep.graph.set_codegen(torch.fx.graph.CodeGen())  # before the copy: export's holds pytree specs

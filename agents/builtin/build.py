@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from kernellab._tracing import TRACE_LOCK
 from kernellab.problem import Problem
 
 from ..roles import Code
@@ -33,9 +34,13 @@ def graph_of(problem: Problem) -> Graph:
     with _LOCK:
         g = _CACHE.get(problem.id)
     if g is None:
-        g = capture(problem)
-        with _LOCK:
-            _CACHE[problem.id] = g
+        with TRACE_LOCK:  # one capture at a time: a thread that waited for another's finds the graph cached
+            with _LOCK:
+                g = _CACHE.get(problem.id)
+            if g is None:
+                g = capture(problem)
+                with _LOCK:
+                    _CACHE[problem.id] = g
     return copy.deepcopy(g)
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from kernellab._tracing import TRACE_LOCK
 from kernellab.problem import Problem, apply_mode, cast_inputs, torch_dtype
 from kernellab.small import small_or_empty
 
@@ -51,13 +52,14 @@ class CaptureError(RuntimeError):
 
 def capture(problem: Problem, method: str = "auto") -> Graph:
     """The problem's graph at its full size, with sizes that change under ``SMALL`` as ``Sym``."""
-    graph = _capture_at(problem, small=False, method=method)
-    if small_or_empty(problem):  # SMALL, or the derived small instance of a file without one
-        try:
-            small = _capture_at(problem, small=True, method=graph.method)
-            _resolve_sizes(graph, small)
-        except CaptureError as exc:
-            graph.notes.append(f"SMALL capture failed ({exc}); sizes are those of the full problem")
+    with TRACE_LOCK:
+        graph = _capture_at(problem, small=False, method=method)
+        if small_or_empty(problem):  # SMALL, or the derived small instance of a file without one
+            try:
+                small = _capture_at(problem, small=True, method=graph.method)
+                _resolve_sizes(graph, small)
+            except CaptureError as exc:
+                graph.notes.append(f"SMALL capture failed ({exc}); sizes are those of the full problem")
     lowered: list[Node] = []
     for n in graph.nodes:
         lowered.extend(lower_node(n, graph))

@@ -87,3 +87,39 @@ def test_uncapturable_model_names_the_reason():
     src = HEADS.replace("bb, ss, dd = x.shape", "bb, ss, dd = x.shape\n        if x.sum() > 0:\n            x = -x")
     with pytest.raises(CaptureError, match="export"):
         capture(Problem("branchy", src))
+
+
+RACE = r'''
+import sys, threading, torch
+from kernellab.problem import load_problem
+from kernellab.agents.builtin import capture
+from kernellab.agents.builtin.build import graph_of
+problem = load_problem(sys.argv[1], validate_run=False)
+call = torch.nn.Module.__call__
+errors = []
+def run(fn):
+    try:
+        fn(problem)
+    except Exception as exc:
+        errors.append(repr(exc)[:200])
+for fn in (capture, capture, graph_of):
+    threads = [threading.Thread(target=run, args=(fn,)) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+print(len(errors), errors[:1], torch.nn.Module.__call__ is call)
+'''
+
+
+def test_captures_in_threads_do_not_break_each_other(tmp_path):
+    """A campaign's graph nodes run in threads, and each child's code generation may capture. Unserialized,
+    four threads exporting at once failed ("Trying to pop empty mode stack") and left Module.__call__
+    replaced for the rest of the process (kernellab optimize on the H200). In a process of its own: a
+    failure here would poison every later test of this worker."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    problem = Path(__file__).resolve().parents[1] / "problems" / "kb_conv_bn_train.py"
+    p = subprocess.run([sys.executable, "-c", RACE, str(problem)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split()[0] == "0" and p.stdout.strip().endswith("True"), p.stdout
