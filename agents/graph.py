@@ -76,7 +76,8 @@ class Context:
     select: Callable[[Any, int], list[Any]]  # (tree, k) -> nodes
     make_tree: Callable[[str], Any]  # problem_id -> search tree
     stop_check: Callable[[str, CampaignState], str | None]  # -> reason to stop this problem
-    tune: Callable[[Problem, dict], dict | None] | None = None
+    # (problem, candidate row, deadline: a time.monotonic() value or None) -> the tuning's summary
+    tune: Callable[..., dict | None] | None = None
     profile: Callable[[Problem, dict, dict], tuple[list, str | None]] | None = None
     # the reference's profile for the planner's Amdahl ranking ({"ops": [{"name", "ms", "share"}], ...})
     reference: Callable[[Problem], dict] = lambda p: {}
@@ -234,6 +235,17 @@ def _tick(ctx: Context, state: CampaignState) -> float:
     spent = now - ctx.session_start
     ctx.session_start = now
     return float(state.get("elapsed_s", 0.0)) + spent
+
+
+def _deadline(ctx: Context, state: CampaignState) -> float | None:
+    """When the campaign's time budget (``--time-budget``, active wall time over all sessions) runs out, as a
+    ``time.monotonic()`` value; None without one. The select step checks it between rounds; the steps
+    inside a round that can take minutes (tuning, profiling) check it too, or a 30 s budget became minutes."""
+    wall = ctx.config.get("time_budget_s")
+    if wall is None:
+        return None
+    spent = float(state.get("elapsed_s", 0.0)) + (time.monotonic() - ctx.session_start)
+    return time.monotonic() + wall - spent
 
 
 def _usage_to_progress(ctx: Context) -> None:
@@ -487,6 +499,7 @@ def tune(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig
         return {}
     pid = _pid(state)
     problem = ctx.problems[pid]
+    deadline = _deadline(ctx, state)
     done = {e["payload"].get("candidate_id") for e in ctx.store.events(ctx.campaign_id, "tune")}
     for c in ctx.store.candidates(ctx.campaign_id, pid):
         if c["id"] in done or not c.get("space"):
@@ -494,10 +507,13 @@ def tune(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig
         full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == Kind.FULL]
         if not full or full[0]["status"] != "correct":
             continue
+        if deadline is not None and time.monotonic() >= deadline:
+            # no event: a resumed campaign with time left tunes it then
+            return {}
         try:
             with timed_step(ctx, "tune", pid, slow=f"tuning of {c['id'][:10]}", start=f"tuning {c['id'][:10]}",
                             candidate_id=c["id"]) as info:
-                summary = ctx.tune(problem, c) or {}
+                summary = ctx.tune(problem, c, deadline=deadline) or {}
                 info["trials"] = summary.get("evaluated")
         except ctx.passthrough:
             raise
@@ -516,7 +532,8 @@ def profile(state: CampaignState, runtime: Runtime[Context], config: RunnableCon
     ctx = _ctx(runtime)
     pid = _pid(state)
     best = _best_of(ctx, pid)
-    if ctx.profile is None or best is None:
+    deadline = _deadline(ctx, state)
+    if ctx.profile is None or best is None or (deadline is not None and time.monotonic() >= deadline):
         return {}
     cand = ctx.store.get_candidate(best["candidate_id"])
     if ctx.store.evaluations(candidate_id=cand["id"], kind="profile") or any(

@@ -356,7 +356,7 @@ class _Steps:
             raise
         pool.shutdown(wait=True)
 
-    def tune(self, problem: Problem, cand: dict) -> dict | None:
+    def tune(self, problem: Problem, cand: dict, deadline: float | None = None) -> dict | None:
         from kernellab import search
 
         config = self.config
@@ -364,7 +364,7 @@ class _Steps:
             return None
         # search.tune returns TuneResult.to_dict() already
         return search.tune(problem, cand, store=self.store, executor=self.executor, n_trials=self.tune_trials,
-                           seed=config.seed, small=config.small, device=self.device)
+                           seed=config.seed, small=config.small, device=self.device, deadline=deadline)
 
     def profile(self, problem: Problem, cand: dict, best: dict) -> tuple[list, str | None]:
         from kernellab import sandbox

@@ -212,7 +212,8 @@ def _campaign_options(fn: Callable) -> Callable:
         click.option("--budget", default=d.budget, show_default=True,
                      help="Candidates per problem (debugger fixes included)."),
         click.option("--time-budget", "time_budget_s", type=float, default=d.time_budget_s, metavar="SECONDS",
-                     help="Active wall time for the whole campaign."),
+                     help="Active wall time for the whole campaign: no round, tuning trial or profile starts after it "
+                          "(the evaluations in flight finish)."),
         click.option("--gpu-budget", "gpu_budget_s", type=float, default=d.gpu_budget_s, metavar="SECONDS",
                      help="Summed evaluation time."),
         click.option("--usd-budget", type=float, default=d.usd_budget, metavar="DOLLARS", help="LLM spending limit."),

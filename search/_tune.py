@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 import weakref
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field
@@ -149,10 +150,12 @@ def make_sampler(seed: int, n_startup_trials: int = 8, parallel: int = 1) -> Any
 
 def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_trials: int = 20, seed: int = 0,
          small: bool | None = None, device: str | None = None, parallel: int | None = None, trials: int = 2,
-         retime_top: int = 3, early_stop: float = 3.0, n_startup_trials: int = 8) -> dict:
+         retime_top: int = 3, early_stop: float = 3.0, n_startup_trials: int = 8, deadline: float | None = None) -> dict:
     """Tune ``candidate`` (a store row) with TPE over ``n_trials`` distinct configurations; returns
     ``TuneResult.to_dict()``. ``trials`` is the number of correctness trials per configuration
-    (re-timing uses the sandbox's default of 5). Deterministic for a seed when one job runs at a time."""
+    (re-timing uses the sandbox's default of 5). Deterministic for a seed when one job runs at a time.
+    ``deadline`` (a ``time.monotonic()`` value, the campaign's time budget): no trial starts after it, and
+    only the best configuration is re-timed once it has passed."""
     import optuna
 
     if n_trials < 1:
@@ -176,9 +179,11 @@ def tune(problem: Any, candidate: dict, *, store: Any, executor: Any = None, n_t
         if t.state.is_finished() and STALE not in t.user_attrs:
             seen.setdefault(canonical_json(t.params), (t.state.name, _value_of(t), t.number))
     evaluated = _search(study, dists, config, seen, runner, candidate_id=candidate["id"], store=store,
-                        n_trials=n_trials, parallel=parallel, seed=seed, early_stop=early_stop, nested=nested)
+                        n_trials=n_trials, parallel=parallel, seed=seed, early_stop=early_stop, nested=nested,
+                        deadline=deadline)
+    late = deadline is not None and time.monotonic() >= deadline
     retimed, best = _retime_best(study, config, seen, runner, candidate_id=candidate["id"], store=store,
-                                 retime_top=retime_top, nested=nested)
+                                 retime_top=min(retime_top, 1) if late else retime_top, nested=nested)
     states = [t.state.name for t in study.get_trials(deepcopy=False)]
     return TuneResult(study=study.study_name, seed=study.user_attrs.get("seed", seed), trials=len(states),
                       evaluated=evaluated, complete=states.count("COMPLETE"), failed=states.count("FAIL"),
@@ -211,9 +216,10 @@ def _describe(study: Any, seed: int, candidate: dict, problem: Any) -> None:
 
 
 def _search(study: Any, dists: dict, config: dict, seen: dict, runner: _Runner, *, candidate_id: str, store: Any,
-            n_trials: int, parallel: int, seed: int, early_stop: float, nested: bool) -> int:
+            n_trials: int, parallel: int, seed: int, early_stop: float, nested: bool,
+            deadline: float | None = None) -> int:
     """Ask, evaluate and tell until ``n_trials`` distinct configurations are known (``seen``, updated in
-    place); returns how many this call evaluated."""
+    place) or ``deadline`` passes; returns how many this call evaluated."""
     size = space_size(dists)
     evaluated = 0
 
@@ -225,7 +231,8 @@ def _search(study: Any, dists: dict, config: dict, seen: dict, runner: _Runner, 
     asks = 0
     while True:
         # n_trials counts distinct configurations evaluated (a resumed study counts its earlier ones)
-        while len(seen) < min(n_trials, size or n_trials) and len(in_flight) < parallel and asks < 20 * n_trials:
+        while (len(seen) < min(n_trials, size or n_trials) and len(in_flight) < parallel and asks < 20 * n_trials
+               and (deadline is None or time.monotonic() < deadline)):
             asks += 1
             trial = study.ask(dists)
             key = canonical_json(trial.params)

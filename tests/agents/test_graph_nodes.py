@@ -187,6 +187,30 @@ def test_tune_profile_analyze_alone(executor):
     assert an["payload"]["candidate_id"] == seed and an["payload"]["bound"] == "unknown"
 
 
+def test_tuning_and_profiling_wait_for_a_campaign_with_time_left(executor):
+    """With the time budget spent, the tune and profile steps of the round start nothing and write no
+    event, so a resumed campaign with time left does them; with time left, tune gets the deadline."""
+    import time
+
+    store = Store(":memory:")
+    cid = new_campaign(store, tune_trials=2, time_budget_s=60.0)
+    ctx = context(store, cid, executor)
+    state, seed = seeded(ctx)
+    rt = Runtime(context=ctx)
+    got, real = [], ctx.tune  # the campaign's own tuning, run, with what the node hands it recorded
+    ctx.tune = lambda problem, cand, deadline=None: got.append((cand["id"], deadline)) or real(problem, cand, deadline)
+    assert tune_node({**state, "elapsed_s": 61.0}, rt, step(5)) == {}
+    assert got == [] and store.events(cid, "tune") == []
+    profile_node({**state, "elapsed_s": 61.0}, rt, step(6))
+    assert store.events(cid, "profile") == []
+    ctx.session_start = start = time.monotonic()  # as select leaves it: 10 s spent before this session's start
+    tune_node({**state, "elapsed_s": 10.0}, rt, step(7))
+    ((tuned, deadline),) = got
+    assert tuned == seed and deadline == pytest.approx(start + 50.0, abs=1e-6)
+    (ev,) = store.events(cid, "tune")
+    assert "error" not in ev["payload"] and ev["payload"]["evaluated"] >= 1
+
+
 def _correct_seed(store: Store, cid: str, problem) -> str:
     """The builtin seed with a recorded correct (interpreted) evaluation: a tree to plan from."""
     code = build(problem)

@@ -141,6 +141,25 @@ def test_tune_on_the_interpreter(tmp_path, executor, where) -> None:
         assert names == [study_name(cid)]
 
 
+def test_no_trial_starts_after_the_deadline(executor) -> None:
+    """The campaign's time budget reaches into tuning: past the deadline nothing more is evaluated (a
+    30 s --time-budget ran for minutes in a tuning on the H200)."""
+    import time
+
+    from kernellab import Problem
+
+    store = Store(":memory:")
+    t = Synth(store)
+    problem = Problem(name="affine", source=PROBLEM, path="affine.py")
+    pid = store.add_problem(problem)
+    cid = store.add_candidate(t.cid, pid, CANDIDATE, origin="seed", space={"BLOCK": [32, 48, 64], "EPS": [0.0, 0.5]})
+    out = tune(problem, store.get_candidate(cid), store=store, executor=executor, n_trials=10, seed=0,
+               device="cpu", trials=2, deadline=time.monotonic() - 1.0)
+    assert out["evaluated"] == 0 and out["best_config"] is None and out["retimed"] == []
+    assert store.evaluations(candidate_id=cid, kind="trial") == []
+    assert store.evaluations(candidate_id=cid, kind="retime") == []
+
+
 def test_tune_without_space(store) -> None:
     t = Synth(store)
     with pytest.raises(SpaceError, match="no SPACE"):
