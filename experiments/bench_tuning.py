@@ -16,6 +16,9 @@ GPU host (needs torch, triton, optuna; this repository on PYTHONPATH):
 writes experiments/results/tuning.md and tuning.json (a run of one template keeps the other's results).
 CPU smoke run (interpreter, tiny shapes, 2 choices per parameter; the numbers mean nothing):
     TRITON_INTERPRET=1 PYTHONPATH=. python experiments/bench_tuning.py --smoke --out /tmp/tuning.md
+Replay (CPU, no timing): the studies of many seeds on a GPU run's recorded grid, each config's time read from it:
+    PYTHONPATH=. python experiments/bench_tuning.py --replay experiments/results/2026-12-01-nvidia-h200-tuning.json \
+        --seeds 100 --first-seed 1000
 """
 
 from __future__ import annotations
@@ -216,14 +219,13 @@ def run_grid(tpl: Template, args: argparse.Namespace, interpreted: bool) -> dict
             "best_ms": best["ms"], "compile_s": sum(r["compile_s"] for r in rows), "rows": rows}
 
 
-def run_study(tpl: Template, args: argparse.Namespace, grid: dict, seed: int, budget: int,
-              interpreted: bool) -> dict:
+def run_study(space: dict, bench: Callable[[dict], dict], grid: dict, seed: int, budget: int) -> dict:
+    """One seed's TPE study; ``bench(config)`` measures a config (a :class:`Bench`, or a replay of the grid)."""
     table = {canonical_json(r["config"]): r for r in grid["rows"]}
     goal = grid["best_ms"] * (1 + WITHIN)
-    dists = parse_space(tpl.space)
+    dists = parse_space(space)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="minimize", sampler=make_sampler(seed))
-    bench = Bench(tpl, args.warmup_ms, args.rep_ms, interpreted)
     seen: dict[str, Any] = {}
     incumbent, history = None, []
     reached = reached_own = None
@@ -329,6 +331,23 @@ def render(results: dict) -> str:
     return "\n".join(out)
 
 
+def replay(path: Path, seeds: int, first: int) -> None:
+    """The studies of ``seeds`` seeds from ``first`` on, each config's time read from a recorded grid
+    (a ``tuning.json`` of a GPU run) instead of measured: a sampler's reach over many seeds, on the CPU,
+    without timing noise. Prints one line per template; writes nothing."""
+    for name, r in json.loads(path.read_text()).items():
+        grid = r["grid"]
+        table = {canonical_json(row["config"]): row for row in grid["rows"]}
+        budget = math.ceil(SHARE * grid["configs"])
+        studies = [run_study(r["space"], lambda cfg, t=table: t[canonical_json(cfg)], grid, seed, budget)
+                   for seed in range(first, first + seeds)]
+        s = summarize(grid, studies, budget)
+        near = sum(1 for row in grid["rows"] if row["status"] == "ok" and row["ms"] <= grid["best_ms"] * (1 + WITHIN))
+        print(f"{name}: {near} of {grid['configs']} configs within 3% of the best; seeds {first}-{first + seeds - 1}: "
+              f"{s['reached']}/{seeds} reached it within {budget} evaluations, median "
+              f"{_f(s['median_evals_to_3pct'], 1)}, median gap at the budget {s['median_gap_at_budget']:+.1%}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--template", choices=["matmul", "softmax", "both"], default="both")
@@ -337,7 +356,13 @@ def main() -> None:
     ap.add_argument("--rep-ms", type=float, default=20.0)
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter, tiny shapes, 2 choices per parameter")
     ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "tuning.md"))
+    ap.add_argument("--replay", type=Path, default=None, metavar="JSON",
+                    help="no GPU: replay the studies on a recorded grid (a GPU run's tuning.json), --seeds of them")
+    ap.add_argument("--first-seed", type=int, default=0, help="with --replay: the first seed")
     args = ap.parse_args()
+    if args.replay:
+        replay(args.replay, args.seeds, args.first_seed)
+        return
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     if not interpreted and not torch.cuda.is_available():
         sys.exit("no CUDA device: run on the GPU host, or with TRITON_INTERPRET=1 --smoke")
@@ -368,7 +393,7 @@ def main() -> None:
 
         save(None)
         for seed in range(args.seeds):
-            st = run_study(tpl, args, grid, seed, budget, interpreted)
+            st = run_study(tpl.space, Bench(tpl, args.warmup_ms, args.rep_ms, interpreted), grid, seed, budget)
             studies.append(st)
             print(f"  seed {seed}: within 3% after {st['reached_evals']} evals, gap at budget {st['gap']:+.1%}, "
                   f"{st['wall_s']:.1f} s", flush=True)
