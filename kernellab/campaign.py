@@ -222,7 +222,7 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     store.update_campaign(camp["id"], status="running")
     store.add_event(camp["id"], "session", {"started": True, "pid": os.getpid()})
     conn = sqlite3.connect(store.path, check_same_thread=False, timeout=60)
-    interrupted = False
+    failed = False
     try:
         graph = build_graph(ctx.transient).compile(checkpointer=SqliteSaver(conn))
         _invoke(graph, ctx, camp["id"], list(problems), progress)
@@ -236,16 +236,17 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
         if progress is not None:
             progress.update(last="time by step: " + step_times_line(step_times(store, camp["id"])))
     except BaseException as exc:
-        interrupted = isinstance(exc, KeyboardInterrupt)
+        failed = True
         store.update_campaign(camp["id"], status="stopped")
         store.add_event(camp["id"], "session", {"stopped": f"{type(exc).__name__}: {exc}"[:500]})
         raise
     finally:
         conn.close()
         if own_executor:
-            # on Ctrl-C kill the workers at once: a finished evaluation is already in the store and the
-            # ones in flight are run again by `resume`
-            executor.shutdown(wait=not interrupted)
+            # on Ctrl-C or an error kill the workers at once: a finished evaluation is already in the store,
+            # nothing reads the ones in flight, and `resume` runs them again (waiting took a minute per busy
+            # worker thread)
+            executor.shutdown(wait=not failed)
     return store.summary(camp["id"])
 
 

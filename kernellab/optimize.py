@@ -535,6 +535,7 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
     spent = 0
     own = executor is None
     executor = executor or sandbox.LocalExecutor()
+    failed = True
     try:
         # a problem's campaign is found by its key, whatever the model was named (or which model it was)
         by_key = {c["config"]["optimize"].get("key"): c for c in store.list_campaigns()
@@ -575,9 +576,10 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
             run_campaign(store, cid, executor=executor, progress=progress)
             spent += len(store.candidates(cid))
             t.outcome = "ran"
+        failed = False
     finally:
-        if own:
-            executor.shutdown()
+        if own:  # after an error nothing reads the jobs in flight: their workers are killed, not waited for
+            executor.shutdown(wait=not failed)
     patched = patch(model, store, example_inputs=inputs if verify else None)
     result = {"model": patched, "name": name, "db": str(db), "device": device, "interpreted": device != "cuda",
               "total_ms": prof["total_s"] * 1e3, "budget": budget, "candidates_spent": spent,
