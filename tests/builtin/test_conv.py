@@ -302,6 +302,17 @@ def test_spec_errors_are_one_line():
     assert set(ks.config) <= set(ks.space) | {"num_stages"} and "BLOCK_M" in ks.space
 
 
+def test_a_conv_that_follows_cudnn_tunes_only_its_epilogue_tiles():
+    """Under the TF32 reference cuDNN runs the conv and the kernel has no K loop: BLOCK_K and num_stages
+    leave the SPACE (they stay in CONFIG, for the kernel's own conv elsewhere)."""
+    own = conv_kernel(ConvSpec("c"))
+    follows = conv_kernel(ConvSpec("c", tf32_reference="cudnn"))
+    half = conv_kernel(ConvSpec("c", dtype="float16", tf32_reference="cudnn"))
+    assert {"BLOCK_K", "num_stages"} <= set(own.space) and {"BLOCK_K", "num_stages"} <= set(half.space)
+    assert set(own.space) - set(follows.space) == {"BLOCK_K", "num_stages"}
+    assert {"BLOCK_K", "num_stages"} <= set(follows.config)
+
+
 def test_launcher_rejects_mismatched_weight(load):
     mod = load("import torch\nimport triton\nimport triton.language as tl\n\n"
                + conv_kernel(ConvSpec("c", groups=2)).source)
