@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 import kernellab  # noqa: E402,F401  (sets the interpreter switch before triton is imported)
 from kernellab import env  # noqa: E402
 from kernellab import optimize as opt  # noqa: E402
+from kernellab.progress import Progress  # noqa: E402
 
 # ../shared/kernelbench beside the checkout, or KERNELBENCH_DIR (a GPU host gets a copy carried in the tree)
 DEFAULT_KB = Path(os.environ.get("KERNELBENCH_DIR") or ROOT.parent / "shared" / "kernelbench")
@@ -61,9 +62,10 @@ def load(item: str, kernelbench: Path, device: str) -> tuple:
 def run_one(item: str, args: argparse.Namespace, device: str) -> dict:
     model, inputs, name, file = load(item, args.kernelbench, device)
     t0 = time.monotonic()
-    r = opt.optimize(model, inputs, db=args.db, name=name, budget=args.budget, time_budget_s=args.time_budget,
-                     max_heavy=args.max_heavy, trials=args.trials, device=device,
-                     log=lambda s: print(f"  {s}", flush=True))
+    with Progress(plain=True) as progress:  # each campaign's steps in the log: a long one says where it is
+        r = opt.optimize(model, inputs, db=args.db, name=name, budget=args.budget, time_budget_s=args.time_budget,
+                         max_heavy=args.max_heavy, trials=args.trials, device=device, progress=progress,
+                         log=lambda s: print(f"  {s}", flush=True))
     r.pop("model")
     r["wall_s"] = time.monotonic() - t0
     r["file"] = file

@@ -651,14 +651,17 @@ def optimize(model: str, inputs: str | None, budget: int, time_budget_s: float |
     passed, 1 when none does or the check failed, 2 on bad input."""
     from . import optimize as opt
     from .campaign import CampaignError
+    from .progress import Progress
 
     dev = None if device == "auto" else device
     try:
         net, xs, name = opt.load_model_spec(model, inputs, device=dev)
-        result = opt.optimize(net, xs, db=db, name=name, budget=budget, time_budget_s=time_budget_s,
-                              per_problem=per_problem, max_heavy=max_heavy, min_share=min_share, llm=llm,
-                              base_url=base_url, trials=trials, device=dev,
-                              log=None if as_json else lambda s: click.echo(s, err=True))
+        # each campaign's steps as plain lines on stderr, between optimize's own (a live panel would fight them)
+        with Progress(enabled=not as_json, plain=True) as progress:
+            result = opt.optimize(net, xs, db=db, name=name, budget=budget, time_budget_s=time_budget_s,
+                                  per_problem=per_problem, max_heavy=max_heavy, min_share=min_share, llm=llm,
+                                  base_url=base_url, trials=trials, device=dev, progress=progress,
+                                  log=None if as_json else lambda s: click.echo(s, err=True))
     except (opt.OptimizeError, CampaignError) as exc:
         raise UsageFailure(str(exc)) from None
     except KeyboardInterrupt:
