@@ -1,0 +1,56 @@
+"""The GPU benchmarks' scripts run end to end on the CPU (interpreter, small sizes), so a GPU call is never the
+first to find one broken: a crash there costs minutes of a session's 30."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+
+
+def run(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def test_bench_tuning_smoke_run_and_replay(tmp_path: Path) -> None:
+    out = tmp_path / "tuning.md"
+    p = run("experiments/bench_tuning.py", "--smoke", "--seeds", "2", "--template", "softmax", "--out", str(out))
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads(out.with_suffix(".json").read_text())["softmax"]
+    assert res["smoke"] and res["grid"]["configs"] == 8 and len(res["studies"]) == 2
+    assert res["summary"]["budget"] == 2 and "interpreter smoke run" in out.read_text()
+    # a recorded GPU grid, replayed: the studies' reach over seeds, without timing anything
+    recorded = ROOT / "experiments" / "results" / "2026-12-01-nvidia-h200-tuning.json"
+    p = run("experiments/bench_tuning.py", "--replay", str(recorded), "--seeds", "5", "--first-seed", "7")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "matmul: 2 of 108 configs within 3% of the best; seeds 7-11:" in p.stdout, p.stdout
+
+
+def test_bench_optimize_writes_after_each_model_and_keeps_an_earlier_calls(tmp_path: Path) -> None:
+    kb = tmp_path / "kb" / "level3"
+    kb.mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "optimize" / "small_model.py", kb / "small_model.py")
+    common = ["experiments/bench_optimize.py", "--kernelbench", str(tmp_path / "kb"), "--budget", "3",
+              "--time-budget", "120", "--max-heavy", "1", "--trials", "1", "--out-dir", str(tmp_path / "out")]
+    p = run(*common, "--db", str(tmp_path / "a.db"), "--models", "small_model,no_such_model")
+    (first,) = (tmp_path / "out").glob("*-optimize.json")
+    res = json.loads(first.read_text())
+    names = [m["name"] for m in res["models"]]
+    assert names == ["small_model", "no_such_model"], p.stderr[-2000:]
+    small, missing = res["models"]
+    assert "error" not in small and small["check"]["ok"] and small["covered_share"] > 0
+    assert "error" in missing and p.returncode == 1  # a model that failed is a row, and the run says so
+    assert "kernellab [" in p.stderr  # the campaigns' progress lines
+    # the next call measures the missing one again and keeps the first call's row
+    kept = tmp_path / "first.json"
+    shutil.copy(first, kept)
+    p = run(*common, "--db", str(tmp_path / "a.db"), "--models", "no_such_model", "--keep", str(kept))
+    res = json.loads(first.read_text())
+    assert [m["name"] for m in res["models"]] == ["small_model", "no_such_model"]
+    assert res["models"][0] == small and res["summary"]["correct"] == 1
