@@ -123,9 +123,13 @@ for step in "${steps[@]}"; do
       $PY experiments/campaign_steps.py steps --db "$db" 2>&1 | tee -a "$OUT/campaign.log" ;;
     optimize)  # whole models (kernellab optimize): five level-3 models, then a timm ResNet-18 and a transformers
       # BERT-base (experiments/models/library.py; the host's own timm and transformers, no wheel travels);
-      # OPTIMIZE_ARGS e.g. "--budget 12 --time-budget 60" or "--models experiments.models.library:hf_bert"
-      $PY experiments/bench_optimize.py --db "$OUT/optimize.db" --out-dir "$OUT" ${OPTIMIZE_ARGS:-} 2>&1 \
-        | tee "$OUT/optimize.log" ;;
+      # OPTIMIZE_ARGS e.g. "--budget 12 --time-budget 120" or "--models experiments.models.library:hf_bert".
+      # Results are written after each model; OPTIMIZE_KEEP=FILE (an earlier call's JSON, carried back in the tree)
+      # keeps its models' rows, so the seven models can span calls. The database (OPTIMIZE_DB) stays out of $OUT:
+      # too big to come back.
+      keep=(); [ -n "${OPTIMIZE_KEEP:-}" ] && keep=(--keep "$OPTIMIZE_KEEP")
+      $PY experiments/bench_optimize.py --db "${OPTIMIZE_DB:-/tmp/kernellab-optimize.db}" --out-dir "$OUT" "${keep[@]}" \
+        ${OPTIMIZE_ARGS:-} 2>&1 | tee "$OUT/optimize.log" ;;
     scaleout) # one GPU vs all with the local executor vs a Dask cluster (needs dask/distributed wheels in .whl)
       $PY experiments/bench_scaleout.py ${SCALEOUT_ARGS:-} 2>&1 | tee "$OUT/scaleout.log" ;;
     *) echo "unknown step $step"; rc=2 ;;
