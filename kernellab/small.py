@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from kernellab._tracing import TRACE_LOCK
 from kernellab.problem import Problem, ProblemError, instantiate, output_tensors
 
 __all__ = ["SMALL_ELEMENT_LIMIT", "derive_small", "execute", "shrink", "size_constants", "small_or_empty",
@@ -38,7 +39,8 @@ def execute(problem: Problem, overrides: dict[str, Any] | None) -> types.ModuleT
     if problem.artifacts:
         mod.__dict__["KERNELLAB_ARTIFACTS"] = problem.artifacts
     if not overrides:
-        exec(compile(problem.source, mod.__file__, "exec"), mod.__dict__)
+        with TRACE_LOCK:  # a problem of `optimize` unpickles an fx GraphModule, and unpickling one traces it
+            exec(compile(problem.source, mod.__file__, "exec"), mod.__dict__)
         return mod
     tree = ast.parse(problem.source, filename=mod.__file__)
     body, seen = [], set()
@@ -50,7 +52,8 @@ def execute(problem: Problem, overrides: dict[str, Any] | None) -> types.ModuleT
     tree.body = body
     ast.fix_missing_locations(tree)
     mod.__dict__["_KERNELLAB_SMALL"] = dict(overrides)
-    exec(compile(tree, mod.__file__, "exec"), mod.__dict__)
+    with TRACE_LOCK:
+        exec(compile(tree, mod.__file__, "exec"), mod.__dict__)
     del mod.__dict__["_KERNELLAB_SMALL"]
     for key, value in overrides.items():
         if key not in seen:  # bound somewhere other than a plain top-level assignment

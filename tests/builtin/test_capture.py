@@ -106,15 +106,26 @@ for fn in (capture, capture, graph_of):
     threads = [threading.Thread(target=run, args=(fn,)) for _ in range(4)]
     [t.start() for t in threads]
     [t.join() for t in threads]
+# a problem made from a traced module (kernellab optimize's subgraphs): executing its source unpickles a
+# GraphModule, which traces it again; the coordinator executes problems in its threads (settings, build)
+from kernellab.problem import Problem
+# (120 layers: a re-trace long enough that threads overlap; unserialized, 3 to 12 of 80 calls failed in 5 of 5 runs)
+layers = [m for _ in range(120) for m in (torch.nn.Linear(4, 4), torch.nn.ReLU())]
+traced = Problem.from_module(torch.fx.symbolic_trace(torch.nn.Sequential(*layers)), [torch.randn(2, 4)], "traced")
+for _ in range(10):
+    threads = [threading.Thread(target=run, args=(lambda p: traced.module(),)) for _ in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
 print(len(errors), errors[:1], torch.nn.Module.__call__ is call)
 '''
 
 
 def test_captures_in_threads_do_not_break_each_other(tmp_path):
-    """A campaign's graph nodes run in threads, and each child's code generation may capture. Unserialized,
-    four threads exporting at once failed ("Trying to pop empty mode stack") and left Module.__call__
-    replaced for the rest of the process (kernellab optimize on the H200). In a process of its own: a
-    failure here would poison every later test of this worker."""
+    """A campaign's graph nodes run in threads, and each child's code generation may capture or execute the
+    problem. Unserialized, four threads exporting at once failed ("Trying to pop empty mode stack"), and
+    threads unpickling an optimize subgraph's GraphModule left Module.__call__ replaced for the rest of the
+    process (kernellab optimize on the H200). In a process of its own: a failure here would poison every
+    later test of this worker."""
     import subprocess
     import sys
     from pathlib import Path
