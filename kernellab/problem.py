@@ -61,6 +61,10 @@ def content_hash(*parts: str | bytes, n: int = 16) -> str:
     return h.hexdigest()[:n]
 
 
+# Problem.settings() by (source hash, artifact names): module-level constants, the same for the same source
+_SETTINGS_CACHE: dict[tuple, dict[str, Any]] = {}
+
+
 @dataclass(frozen=True)
 class Problem:
     name: str
@@ -90,16 +94,24 @@ class Problem:
     def settings(self, mod: types.ModuleType | None = None) -> dict[str, Any]:
         from kernellab.small import small_or_empty
 
+        key = (self.id, tuple(sorted(self.artifacts)))
+        if mod is None and key in _SETTINGS_CACHE:
+            # executing the source again for each child's code would unpickle a from_module problem's whole
+            # model each time (and re-trace an optimize subgraph's graph)
+            got = _SETTINGS_CACHE[key]
+            return {**got, "small": dict(got["small"])}
         mod = mod or self.module()
         dtype = getattr(mod, "DTYPE", "float32")
         atol, rtol = DEFAULT_TOLERANCES.get(dtype, (1e-4, 1e-4))
-        return {
+        out = {
             "dtype": dtype,
             "atol": float(getattr(mod, "ATOL", atol)),
             "rtol": float(getattr(mod, "RTOL", rtol)),
             "small": dict(getattr(mod, "SMALL", None) or small_or_empty(self)),
             "mode": getattr(mod, "MODE", "train"),
         }
+        _SETTINGS_CACHE[key] = {**out, "small": dict(out["small"])}
+        return out
 
     @property
     def mode(self) -> str:

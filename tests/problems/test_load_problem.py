@@ -148,3 +148,21 @@ def test_from_module_records_the_models_own_mode(training: bool) -> None:
     x = torch.randn(4, 8)
     with torch.no_grad():
         torch.testing.assert_close(inst.model(x), model(x))
+
+
+def test_settings_execute_the_source_once() -> None:
+    """The coordinator asks a problem's settings for every child it codes: the source (a from_module
+    problem's whole pickled model) runs once, and each caller gets its own copy."""
+    source = GOOD + "\nEXECUTED.append(1)\nATOL = 1e-3\n"
+    runs: list[int] = []
+    import builtins
+
+    builtins.EXECUTED = runs
+    try:
+        p = Problem(name="once", source=source)
+        first = p.settings()
+        first["small"]["n"] = 999
+        again = p.settings()
+    finally:
+        del builtins.EXECUTED
+    assert runs == [1] and again["atol"] == 1e-3 and again["small"] == {"n": 8}
