@@ -416,9 +416,11 @@ class LocalExecutor(Executor):
             for _ in threads:
                 self._queues[kind].put(_SENTINEL)
         if wait:
+            # one minute for all the jobs in flight together (a minute each added up to several)
+            until = time.monotonic() + 60
             for threads in self._threads.values():
                 for t in threads:
-                    t.join(timeout=60)
+                    t.join(timeout=max(0.0, until - time.monotonic()))
         for w in list(self._workers):
             w.kill()
         for q in self._queues.values():  # jobs nobody will run
