@@ -527,6 +527,9 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
     tasks, skipped = make_tasks(name, units, prof)
     store = Store(db)
     device = options.get("device") or env.default_device()
+    warning = interpreted_size_warning(inputs, device)
+    if warning:
+        say(warning)
     eligible = [t for t in tasks if t.share >= min_share]
     for t in tasks:
         if t.share < min_share:
@@ -601,6 +604,24 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
     if compare:
         result["timing"] = time_models(work, copy.deepcopy(patched), inputs)
     return result
+
+
+def interpreted_size_warning(inputs: list, device: str) -> str | None:
+    """One line when the model's inputs are too large for the Triton interpreter: its subgraphs' evaluations
+    then run at those sizes on the CPU, minutes each (a KernelBench ResNet block at 224x224: over 4 minutes for
+    one). None on a GPU or for small inputs."""
+    from torch.utils._pytree import tree_leaves
+
+    from kernellab.small import SMALL_ELEMENT_LIMIT
+
+    if str(device).startswith("cuda"):
+        return None
+    n = sum(t.numel() for t in tree_leaves(inputs) if isinstance(t, torch.Tensor))
+    if n <= SMALL_ELEMENT_LIMIT:
+        return None
+    return (f"warning: the inputs hold {n:,} elements and the kernels run in the Triton interpreter on the CPU: "
+            "each evaluation can take minutes; pass smaller inputs (a factory or inputs function with a `small` "
+            "parameter gets the CPU size) or run on a GPU")
 
 
 def _winner(store: Any, campaign: str | None) -> dict:

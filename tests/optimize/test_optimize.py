@@ -227,3 +227,13 @@ def test_patch_puts_a_winner_outside_the_tolerance_back_to_pytorch(optimized) ->
     unchecked = kernellab.patch(model, str(optimized["db"]))
     assert unchecked.kernellab_check is None
     assert [p["status"] for p in unchecked.kernellab_patches if p["unit"].startswith("blocks")] == ["kernel"] * 2
+
+
+def test_large_inputs_on_the_cpu_get_a_warning() -> None:
+    from kernellab.optimize import interpreted_size_warning
+
+    big = [torch.zeros(10, 3, 224, 224), {"mask": torch.zeros(4)}]
+    line = interpreted_size_warning(big, "cpu")
+    assert line and "1,505,284 elements" in line and "Triton interpreter" in line
+    assert interpreted_size_warning(big, "cuda") is None
+    assert interpreted_size_warning([torch.zeros(8, 16)], "cpu") is None
