@@ -221,6 +221,11 @@ def run_grid(tpl: Template, args: argparse.Namespace, interpreted: bool) -> dict
             "best_ms": best["ms"], "compile_s": sum(r["compile_s"] for r in rows), "rows": rows}
 
 
+def budget_of(grid: dict) -> int:
+    """A study's evaluations: 25% of the grid's."""
+    return math.ceil(SHARE * grid["configs"])
+
+
 def run_study(space: dict, bench: Callable[[dict], dict], grid: dict, seed: int, budget: int) -> dict:
     """One seed's TPE study; ``bench(config)`` measures a config (a :class:`Bench`, or a replay of the grid)."""
     table = {canonical_json(r["config"]): r for r in grid["rows"]}
@@ -333,6 +338,19 @@ def render(results: dict) -> str:
     return "\n".join(out)
 
 
+def save(results: dict, name: str, tpl: Template, args: argparse.Namespace, grid: dict, studies: list[dict],
+         out: Path) -> None:
+    """``results[name]`` from the grid and the seeds finished so far, written to ``out`` (.md) and its .json.
+    Called after the grid and after each seed: a run cut off by a time limit keeps what it measured."""
+    budget = budget_of(grid)
+    results[name] = {"context": context(), "shape": tpl.shape, "space": tpl.space, "smoke": args.smoke,
+                     "warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms, "grid": grid, "studies": studies,
+                     "summary": summarize(grid, studies, budget) if studies else None, "seeds_planned": args.seeds}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(results, indent=1, default=str))
+    out.write_text(render(results))
+
+
 def replay(path: Path, seeds: int, first: int) -> None:
     """The studies of ``seeds`` seeds from ``first`` on, each config's time read from a recorded grid
     (a ``tuning.json`` of a GPU run) instead of measured: a sampler's reach over many seeds, on the CPU,
@@ -340,7 +358,7 @@ def replay(path: Path, seeds: int, first: int) -> None:
     for name, r in json.loads(path.read_text()).items():
         grid = r["grid"]
         table = {canonical_json(row["config"]): row for row in grid["rows"]}
-        budget = math.ceil(SHARE * grid["configs"])
+        budget = budget_of(grid)
         studies = [run_study(r["space"], lambda cfg, t=table: t[canonical_json(cfg)], grid, seed, budget)
                    for seed in range(first, first + seeds)]
         s = summarize(grid, studies, budget)
@@ -378,33 +396,21 @@ def main() -> None:
         if args.smoke:
             tpl.space = {k: v[:2] for k, v in tpl.space.items()}
         grid = run_grid(tpl, args, interpreted)
-        budget = math.ceil(SHARE * grid["configs"])
+        budget = budget_of(grid)
         print(f"{name}: grid {grid['configs']} configs, best {grid['best_ms']:.4f} ms, {grid['wall_s']:.1f} s",
               flush=True)
         studies: list[dict] = []
-
-        def save(summary: dict | None, tpl=tpl, name=name, grid=grid, studies=studies, budget=budget) -> None:
-            # after the grid and after each seed: a run cut off by a time limit keeps what it measured
-            results[name] = {"context": context(), "shape": tpl.shape, "space": tpl.space, "smoke": args.smoke,
-                             "warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms, "grid": grid, "studies": studies,
-                             "summary": (summary or summarize(grid, studies, budget)) if studies else None,
-                             "seeds_planned": args.seeds}
-            out.parent.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(json.dumps(results, indent=1, default=str))
-            out.write_text(render(results))
-
-        save(None)
+        save(results, name, tpl, args, grid, studies, out)
         for seed in range(args.seeds):
             st = run_study(tpl.space, Bench(tpl, args.warmup_ms, args.rep_ms, interpreted), grid, seed, budget)
             studies.append(st)
             print(f"  seed {seed}: within 3% after {st['reached_evals']} evals, gap at budget {st['gap']:+.1%}, "
                   f"{st['wall_s']:.1f} s", flush=True)
-            save(None)
+            save(results, name, tpl, args, grid, studies, out)
         summary = summarize(grid, studies, budget)
         print(f"  median evals to within 3%: {summary['median_evals_to_3pct']} of budget {budget} -> "
               f"{'PASS' if summary['passes'] else 'FAIL'}; grid {grid['wall_s']:.1f} s vs study "
               f"{summary['median_study_wall_s']:.1f} s", flush=True)
-        save(summary)
     print(f"wrote {out} and {json_path}")
 
 
