@@ -103,10 +103,15 @@ def markdown(res: dict) -> str:
             after = "-" if p["share_after"] is None or not p["patched"] else f"{p['share_after']:.1%}"
             lines.append(f"| {', '.join(p['units'])} | {p['share']:.1%} | {after} | {w['candidate'][:12] if w else '-'} | "
                          f"{fx(w['speedup_eager']) if w else '-'} | {lineage} | "
-                         f"{'kernel' if p['patched'] else 'PyTorch'}: {p['outcome']} |")
+                         f"{'kernel' if p['patched'] else 'PyTorch'}: {p['outcome']}"
+                         + "".join(f"; {u}: {why}" for u, why in (p.get("kept") or {}).items()) + " |")
         for sk in m["skipped"]:
             lines.append(f"| {sk['unit']} | {sk['share']:.1%} | - | - | - | - | PyTorch: {sk['reason']} |")
         lines.append("")
+        for p in m["problems"]:
+            if not p["patched"] and p.get("failures"):
+                lines += [f"Failed candidates of {', '.join(p['units'])} (the first three):", ""]
+                lines += [f"- {f}".replace("\n", " ") for f in p["failures"]] + [""]
     return "\n".join(lines) + "\n"
 
 

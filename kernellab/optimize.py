@@ -53,6 +53,11 @@ PREFIX = "optimize"
 E2E_TOL = {torch.float32: (1e-3, 1e-3), torch.float16: (2e-2, 2e-2), torch.bfloat16: (2e-2, 2e-2)}
 
 
+# a unit's parameters above this many elements travel to the sandbox as seeded stand-ins (Problem.from_module):
+# the winner is loaded with the real ones by patch(), and the end-to-end check runs on them
+STAND_IN_ABOVE = 1 << 20
+
+
 class OptimizeError(ValueError):
     """Bad input to optimize/patch (one line)."""
 
@@ -405,6 +410,7 @@ class Task:
     problem: Problem | None = None
     call: str | None = None  # keyword and constant arguments (see _flat_call); None: positional tensors
     out: dict | None = None  # the output's structure when it is not one tensor (see _out_meta)
+    aliases: dict | None = None  # the graph's lifted constants that are the unit's weights (see _aliases)
     campaign: str | None = None
     outcome: str = ""
     budget: int = 0
@@ -448,11 +454,13 @@ def make_tasks(model_name: str, units: list[Unit], prof: dict) -> tuple[list[Tas
                 skipped.append({"unit": u.label, "share": share, "reason": u.reason})
                 continue
             u.traced, out = exported
+        aliases = _aliases(u.traced, u.body())
         parts = [u.key, repr(sig), str(u.body().training)] + ([call] if call is not None else [])
         key = content_hash(*parts, n=12)
         t = tasks.get(key)
         if t is None:
-            t = tasks[key] = Task(key=key, struct=u.key, signature=sig, units=[], share=0.0, call=call, out=out)
+            t = tasks[key] = Task(key=key, struct=u.key, signature=sig, units=[], share=0.0, call=call, out=out,
+                                  aliases=aliases)
         t.units.append(u)
         t.share += share
     ranked = []
@@ -462,14 +470,34 @@ def make_tasks(model_name: str, units: list[Unit], prof: dict) -> tuple[list[Tas
         gm = copy.deepcopy(u.traced)  # from_module moves its model to the CPU: never the user's own modules
         gm.training = u.body().training  # the mode of the unit, recorded as the problem's MODE
         try:
-            t.problem = Problem.from_module(gm, [a.detach() for a in args],
-                                            name=f"{_safe(model_name)}.{_safe(u.label)}")
+            t.problem = Problem.from_module(gm, [a.detach() for a in args], name=f"{_safe(model_name)}.{_safe(u.label)}",
+                                            stand_in_above=STAND_IN_ABOVE)
         except ProblemError as exc:
             skipped += [{"unit": v.label, "share": t.share / len(t.units), "reason": str(exc)} for v in t.units]
             continue
         t.campaign = f"{PREFIX}/{_safe(model_name)}/{_safe(u.label)}-{t.key}"
         ranked.append(t)
     return ranked, skipped
+
+
+def _aliases(graph: nn.Module, body: nn.Module) -> dict[str, str] | None:
+    """Which of the graph's tensors that are not the unit's own names hold one of the unit's weights not
+    otherwise in the graph, by value. torch.export lifts a tensor the forward reaches outside its module
+    tree into a constant of the graph (KernelBench 44's ``mlpf`` is a lambda over the MLP's modules: its four
+    weights become ``lifted_tensor_0..3``); :func:`patch` loads the unit's weights into those names. Equal
+    weights (two LayerNorms at their init) may pair either way: the end-to-end check judges the result."""
+    theirs, mine = graph.state_dict(), body.state_dict()
+    ours = {k: v for k, v in mine.items() if k not in theirs}
+    out: dict[str, str] = {}
+    for k, v in theirs.items():
+        if k in mine or not isinstance(v, torch.Tensor):
+            continue
+        for name, t in ours.items():
+            if name not in out.values() and t.shape == v.shape and t.dtype == v.dtype \
+                    and torch.equal(t.detach().to(v.device), v.detach()):
+                out[k] = name
+                break
+    return out or None
 
 
 def start_task(store: Any, task: Task, config: Any, *, max_heavy: int, model_name: str) -> str:
@@ -482,7 +510,7 @@ def start_task(store: Any, task: Task, config: Any, *, max_heavy: int, model_nam
     meta = {"key": task.key, "struct": task.struct, "signature": task.record()["signature"], "units": [u.label for u in task.units],
             "share": task.share, "max_heavy": max_heavy, "model": model_name,
             "training": task.units[0].body().training, "device": config.device or env.default_device(),
-            "call": task.call, "out": task.out}
+            "call": task.call, "out": task.out, "aliases": task.aliases}
     store.update_campaign(cid, config={**store.get_campaign(cid)["config"], "optimize": meta})
     return cid
 
@@ -598,6 +626,9 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
             row["share_after"] = sum(after["share"].get(u.label, 0.0) for u in t.units)
         row.update(_winner(store, t.campaign))
         row["patched"] = [u.label for u in t.units if applied.get(u.label, {}).get("status") == "kernel"]
+        # why a unit with a winner still runs PyTorch (weights, speed, its own check, the end-to-end check)
+        row["kept"] = {u.label: applied[u.label]["reason"] for u in t.units
+                       if applied.get(u.label, {}).get("status") == "pytorch" and applied[u.label].get("reason")}
         result["problems"].append(row)
     # the share of the model's time the kernels now run (a problem's share split evenly over its units)
     result["covered_share"] = sum(r["share"] * len(r["patched"]) / len(r["units"]) for r in result["problems"])
@@ -629,12 +660,15 @@ def _winner(store: Any, campaign: str | None) -> dict:
     if camp is None:
         return {"winner": None}
     best = store.reported_best(camp["id"])
+    # what went wrong, for a campaign without a win: the first three failures' texts, as the judge wrote them
+    failures = [f"{e['error_class'] or e['status']}: {(e['error_text'] or '').strip()[:300]}"
+                for e in store.evaluations(campaign_id=camp["id"]) if e["status"] != "correct"][:3]
     if not best:
-        return {"winner": None, "status": camp["status"]}
+        return {"winner": None, "status": camp["status"], "failures": failures}
     e = best[0]
     lineage = [{"id": c["id"][:12], "action": c["action"] or "(root)", "origin": c["origin"]}
                for c in store.lineage(e["candidate_id"])]
-    return {"status": camp["status"], "winner": {
+    return {"status": camp["status"], "failures": failures, "winner": {
         "candidate": e["candidate_id"], "evaluation": e["id"], "interpreted": bool(e["interpreted"]),
         "median_ms": e["median_ms"], "speedup_eager": None if e["interpreted"] else e["speedup_eager"],
         "speedup_compile": None if e["interpreted"] else e["speedup_compile"], "retimed": e.get("retimed"),
@@ -790,7 +824,10 @@ def _load_winner(store: Any, entry: dict, unit: Unit, require_speedup: bool) -> 
         fast = cls()  # a from_module problem's Model takes no arguments
         # export (a unit fx cannot trace, or a call with keywords) keeps the unit's own names
         src = unit.traced if unit.traced is not None and entry.get("call") is None else unit.body()
-        state = {f"inner.{k}": v for k, v in src.state_dict().items()}
+        own = src.state_dict()
+        aliases = entry.get("aliases") or {}
+        state = {f"inner.{k}": v for k, v in own.items() if k not in aliases.values()}
+        state.update({f"inner.{k}": own[v] for k, v in aliases.items() if v in own})
         missing, unexpected = fast.load_state_dict(state, strict=False)
         # constants torch.export lifted out of the forward stay as they are; every weight must load
         params = {n for n, _ in fast.named_parameters()}
@@ -1139,8 +1176,9 @@ def print_result(r: dict) -> None:
         vs = "-" if not w or w["speedup_eager"] is None else f"{w['speedup_eager']:.2f}x"
         lineage = " > ".join(step["action"] for step in w["lineage"]) if w else "-"
         state = "kernel" if p["patched"] else "PyTorch"
+        kept = "".join(f"; {u}: {why}" for u, why in (p.get("kept") or {}).items())
         t.add_row(", ".join(p["units"]), pct(p["share"]), pct(p["share_after"]) if p["patched"] else "-",
-                  w["candidate"][:12] if w else "-", vs, lineage, f"{state}; {p['outcome']}")
+                  w["candidate"][:12] if w else "-", vs, lineage, f"{state}; {p['outcome']}{kept}")
     console.print(t)
     for s in r["skipped"]:
         console.print(f"{s['unit']}: PyTorch ({s['reason']})")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import base64
 import contextlib
+import copy
 import hashlib
 import io
 import os
@@ -121,22 +122,33 @@ class Problem:
 
     @classmethod
     def from_module(cls, model: torch.nn.Module, example_inputs: list | tuple, name: str,
-                    atol: float | None = None, rtol: float | None = None) -> Problem:
-        """Wrap a live model as a problem. The model and the example inputs are serialised
+                    atol: float | None = None, rtol: float | None = None,
+                    stand_in_above: int | None = None) -> Problem:
+        """Wrap a live model as a problem. A copy of the model and the example inputs are serialised
         (``torch.save``) into the problem so that sandbox workers can rebuild them; its classes must
         be importable there, or defined in the ``__main__`` script (their source and the script's
         imports travel with the problem), not typed into an interactive session.
-        Fresh inputs for correctness trials are drawn with the shapes and dtypes of the examples."""
+        Fresh inputs for correctness trials are drawn with the shapes and dtypes of the examples.
+
+        ``stand_in_above``: floating-point parameters of more elements than this do not travel; the
+        problem draws seeded normal values of the same shape, mean and standard deviation in their
+        place (buffers, masks and running statistics always travel exactly). A KernelBench-size MLP
+        has 2.7 GB of weights, more than a Python source can hold; candidates are judged on the
+        stand-ins, and whoever loads a winner loads the real weights into it (``kernellab.patch``)."""
         if not isinstance(model, torch.nn.Module):
             raise ProblemError(f"<{name}>: model is a {type(model).__name__}, not a torch.nn.Module")
         main_defs = _main_definitions(model, name)
         example_inputs = list(example_inputs)
+        copied, stand_ins = _copy_with_stand_ins(model, stand_in_above)
         buf = io.BytesIO()
         try:
-            torch.save({"model": model.cpu(), "inputs": [_cpu(x) for x in example_inputs]}, buf)
+            torch.save({"model": copied, "inputs": [_cpu(x) for x in example_inputs]}, buf)
         except Exception as exc:  # pickling a local class, a lambda, ...
             raise ProblemError(f"<{name}>: model cannot be serialised for sandbox workers: {exc}") from exc
         blob = buf.getvalue()
+        if len(blob) > MAX_MODULE_BYTES:
+            raise ProblemError(f"<{name}>: the model's tensors take {len(blob) / 2**30:.1f} GiB, more than a problem "
+                               f"source carries ({MAX_MODULE_BYTES / 2**30:.0f} GiB); pass stand_in_above")
         # the model's own flag, as the user left it: a model in eval() means inference
         tol = f"MODE = {'train' if model.training else 'eval'!r}\n"
         if atol is not None:
@@ -146,7 +158,7 @@ class Problem:
         # the model travels inside the source (base64), so the store's copy of the source, a resumed
         # campaign, a sandbox worker and an export all rebuild it without anything else
         source = _FROM_MODULE_TEMPLATE.format(digest=content_hash(blob, n=32), tol=tol, main=main_defs,
-                                              blob=base64.b64encode(blob).decode("ascii"))
+                                              blob=base64.b64encode(blob).decode("ascii"), stand_ins=repr(stand_ins))
         problem = cls(name=name, source=source, path=None)
         validate(problem)
         return problem
@@ -177,6 +189,23 @@ class _PickleModule:
 
 _MODEL_PT = "{blob}"
 _STATE = torch.load(io.BytesIO(base64.b64decode(_MODEL_PT)), weights_only=False, pickle_module=_PickleModule)
+# large parameters that did not travel: (names of one tensor, mean, std), drawn seeded in their place
+_STAND_INS = {stand_ins}
+
+
+def _draw_stand_ins(model):
+    for i, (names, mean, std) in enumerate(_STAND_INS):
+        owner, _, leaf = names[0].rpartition(".")
+        meta = getattr(model.get_submodule(owner), leaf)
+        t = torch.empty(meta.shape, dtype=meta.dtype)
+        t.normal_(mean, std, generator=torch.Generator().manual_seed(i))
+        p = torch.nn.Parameter(t, requires_grad=meta.requires_grad)
+        for n in names:
+            owner, _, leaf = n.rpartition(".")
+            setattr(model.get_submodule(owner), leaf, p)
+
+
+_draw_stand_ins(_STATE["model"])
 
 
 class Model(torch.nn.Module):
@@ -207,6 +236,29 @@ def get_inputs():
 
 def _cpu(x: Any) -> Any:
     return x.detach().cpu() if isinstance(x, torch.Tensor) else x
+
+
+# past about 2 GiB of base64 a string literal no longer parses ("unterminated string literal")
+MAX_MODULE_BYTES = 1 << 30
+
+
+def _copy_with_stand_ins(model: torch.nn.Module, above: int | None) -> tuple[torch.nn.Module, list]:
+    """A CPU copy of ``model`` whose floating-point parameters of more than ``above`` elements are
+    meta tensors, and those parameters' (names, mean, std) for the problem to draw in their place."""
+    memo: dict[int, Any] = {}
+    stand_ins: dict[int, tuple[list[str], float, float]] = {}
+    if above is not None:
+        for n, p in model.named_parameters(remove_duplicate=False):
+            if p.is_floating_point() and p.numel() > above:
+                if id(p) not in stand_ins:
+                    d = p.detach().float()
+                    stand_ins[id(p)] = ([], float(d.mean()), float(d.std()) if p.numel() > 1 else 0.0)
+                    memo[id(p)] = torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device="meta"),
+                                                     requires_grad=p.requires_grad)
+                stand_ins[id(p)][0].append(n)
+    copied = copy.deepcopy(model, memo)
+    copied._apply(lambda t: t if t.is_meta else t.cpu())
+    return copied, [list(v) for v in stand_ins.values()]
 
 
 def load_problem(path: str | os.PathLike, validate_run: bool = True) -> Problem:

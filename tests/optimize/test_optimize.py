@@ -237,3 +237,35 @@ def test_large_inputs_on_the_cpu_get_a_warning() -> None:
     assert line and "1,505,284 elements" in line and "Triton interpreter" in line
     assert interpreted_size_warning(big, "cuda") is None
     assert interpreted_size_warning([torch.zeros(8, 16)], "cpu") is None
+
+
+def test_weights_reached_through_a_closure_and_stand_ins_are_patched_back(tmp_path, monkeypatch) -> None:
+    """KB 44's shape of model: fx fails on the lambda, export lifts the MLP's weights into constants; the
+    winner gets the unit's real weights under the lifted names. With every parameter above 16 elements
+    judged on stand-ins, the end-to-end check (on the real weights) passes only if patch loaded them."""
+    monkeypatch.setattr(opt, "STAND_IN_ABOVE", 4)
+    model, inputs, name = opt.load_model_spec(str(MODEL.with_name("closure_model.py")), device="cpu")
+    with torch.no_grad():  # the LayerNorm's 8 weights stand in: make them unlike any draw of their mean and std
+        model.ln.weight.copy_(torch.linspace(0.5, 2.0, 8))
+    units = opt.split(copy_of(model), max_heavy=4)
+    assert units[0].traced is None and "not traceable" in units[0].reason
+    result = opt.optimize(model, inputs, db=str(tmp_path / "k.db"), name=name, budget=1, trials=2, compare=False)
+    (row,) = result["problems"]
+    assert row["winner"] is not None, row
+    assert row["patched"] == ["<model>"], row.get("kept")
+    assert result["check"]["ok"], result["check"]
+    from kernellab.store import Store
+
+    store = Store(str(tmp_path / "k.db"))
+    camp = store.get_campaign(row["campaign"])
+    meta = camp["config"]["optimize"]
+    assert sorted(meta["aliases"].values()) == ["mlp.c_fc.bias", "mlp.c_fc.weight", "mlp.c_proj.bias", "mlp.c_proj.weight"]
+    source = store.get_problem(store.candidates(camp["id"])[0]["problem_id"])["source"]
+    # the lifted weights are buffers and travel; the LayerNorm's parameters stand in
+    assert "_STAND_INS = [[['ln.weight'], " in source
+
+
+def copy_of(m):
+    import copy
+
+    return copy.deepcopy(m)

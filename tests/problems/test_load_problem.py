@@ -166,3 +166,26 @@ def test_settings_execute_the_source_once() -> None:
     finally:
         del builtins.EXECUTED
     assert runs == [1] and again["atol"] == 1e-3 and again["small"] == {"n": 8}
+
+
+def test_from_module_stands_in_for_large_parameters() -> None:
+    """Large parameters do not travel in the source: seeded draws of their shape, mean and std do, tied
+    parameters stay tied, buffers travel exactly, and the user's model is left where it was."""
+    lin = torch.nn.Linear(64, 64)
+    with torch.no_grad():
+        lin.weight.mul_(10).add_(3)
+    model = torch.nn.Sequential(lin, torch.nn.BatchNorm1d(64), torch.nn.Linear(64, 64))
+    model[2].weight = lin.weight  # tied
+    model[1].running_mean.fill_(0.5)
+    exact = Problem.from_module(model, [torch.randn(4, 64)], name="big")
+    small = Problem.from_module(model, [torch.randn(4, 64)], name="big", stand_in_above=1000)
+    assert len(small.source) < len(exact.source) - 64 * 64 * 4  # the (tied) weight stayed behind
+    m = small.module().Model().inner
+    w = m[0].weight
+    assert w.shape == (64, 64) and not torch.equal(w, lin.weight)
+    assert abs(float(w.mean()) - float(lin.weight.mean())) < 0.2
+    assert abs(float(w.std()) / float(lin.weight.std()) - 1) < 0.1
+    assert m[2].weight is w and torch.equal(m[0].bias, lin.bias)  # tied; the small bias travelled
+    assert torch.equal(m[1].running_mean, model[1].running_mean)
+    assert torch.equal(small.module().Model().inner[0].weight, w)  # seeded: every import draws the same
+    assert lin.weight.device.type == "cpu" and not lin.weight.is_meta
