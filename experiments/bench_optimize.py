@@ -77,21 +77,24 @@ def markdown(res: dict) -> str:
              f"device {res['device']} · date {res['date']} · commit {res['versions'].get('commit')} · "
              f"torch {res['versions'].get('torch')} · triton {res['versions'].get('triton')}",
              f"budget per model: {res['budget']} candidates, {res['time_budget_s']} s; builtin agents", "",
-             "| model | correct end to end | kernels cover | eager ms | patched ms | compile ms | vs eager | vs compile |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| model | correct end to end | patched share | our kernels' share | eager ms | patched ms | compile ms | vs eager | vs compile |",
+             "|---|---|---|---|---|---|---|---|---|"]
     fx = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
     fm = lambda t, k: "-" if not t or k not in t else f"{t[k]['median_ms']:.4g}"  # noqa: E731
     for m in res["models"]:
         if "error" in m:
-            lines.append(f"| {m['name']} | error: {m['error']} | | | | | | |")
+            lines.append(f"| {m['name']} | error: {m['error']} | | | | | | | |")
             continue
         t, c = m.get("timing") or {}, m.get("check")
         ok = "no kernel patched" if c is None else ("yes" if c["ok"] else "NO")
-        lines.append(f"| {m['name']} | {ok} | {m['covered_share']:.0%} | {fm(t, 'eager')} | {fm(t, 'patched')} | "
+        patched = m.get("patched_share", m["covered_share"])  # results written before patched_share existed
+        lines.append(f"| {m['name']} | {ok} | {patched:.0%} | {m['covered_share']:.0%} | {fm(t, 'eager')} | {fm(t, 'patched')} | "
                      f"{fm(t, 'compile')} | {fx(t.get('speedup_vs_eager'))} | {fx(t.get('speedup_vs_compile'))} |")
     s = res["summary"]
-    lines += ["", f"patched faster than torch.compile by >= 1.1x on {s['ge_1_1x_vs_compile']} of {len(res['models'])}; "
-              f"correct end to end on {s['correct']} of {len(res['models'])}.", ""]
+    n = len(res["models"])
+    lines += ["", f"kernel wins (correct end to end, our kernels carry most of the model's time) >= 1.1x faster than "
+              f"torch.compile: {s['ge_1_1x_vs_compile']} of {n}; a kernel patched and correct end to end: "
+              f"{s['correct']} of {n}; nothing patched: {s.get('unpatched', '-')}.", ""]
     for m in res["models"]:
         if "error" in m:
             continue
@@ -154,14 +157,17 @@ def main() -> int:
         return 2
     print(markdown(res))
     print(f"results: {base}.json and {base}.md")
-    return 0 if res["summary"]["correct"] == len(res["models"]) else 1
+    failed = [m for m in res["models"] if "error" in m or (m["check"] is not None and not m["check"]["ok"])]
+    return 1 if failed else 0
 
 
 def write(args: argparse.Namespace, device: str, now: dt.datetime, models: list[dict]) -> tuple[dict, str]:
     ok = [m for m in models if "error" not in m]
-    summary = {"correct": sum(1 for m in ok if m["check"] is None or m["check"]["ok"]),
+    # a model with nothing patched is not counted correct: there is nothing of ours to be correct
+    summary = {"correct": sum(1 for m in ok if m["check"] is not None and m["check"]["ok"]),
+               "unpatched": sum(1 for m in ok if m["check"] is None),
                "ge_1_1x_vs_compile": sum(1 for m in ok if (m.get("timing") or {}).get("speedup_vs_compile", 0) >= 1.1
-                                         and m["check"] and m["check"]["ok"]),
+                                         and m["check"] and m["check"]["ok"] and m["covered_share"] > 0.5),
                "covered_share": {m["name"]: m["covered_share"] for m in ok}}
     res = {"date": now.isoformat(timespec="seconds"), "device": env.device_name(device), "versions": env.versions(device),
            "commit": env.git_commit(), "budget": args.budget, "time_budget_s": args.time_budget,
