@@ -107,7 +107,9 @@ def markdown(res: dict) -> str:
             lines.append(f"| {', '.join(p['units'])} | {p['share']:.1%} | {after} | {w['candidate'][:12] if w else '-'} | "
                          f"{fx(w['speedup_eager']) if w else '-'} | {lineage} | "
                          f"{'kernel' if p['patched'] else 'PyTorch'}: {p['outcome']}"
-                         + "".join(f"; {u}: {why}" for u, why in (p.get("kept") or {}).items()) + " |")
+                         + "".join(f"; {u}: {why}" for u, why in (p.get("kept") or {}).items())
+                         + (f"; judged at atol {p['tolerance'][0]:g}, rtol {p['tolerance'][1]:g}" if p.get("tolerance") else "")
+                         + " |")
         for sk in m["skipped"]:
             lines.append(f"| {sk['unit']} | {sk['share']:.1%} | - | - | - | - | PyTorch: {sk['reason']} |")
         lines.append("")

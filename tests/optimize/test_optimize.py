@@ -269,3 +269,16 @@ def copy_of(m):
     import copy
 
     return copy.deepcopy(m)
+
+
+def test_units_chaining_tf32_convs_are_judged_at_the_end_to_end_tolerance(monkeypatch) -> None:
+    """On CUDA with cuDNN's TF32 on, a unit with two fp32 convs is judged at 1e-3 (its reference is TF32);
+    one conv, a CPU, TF32 off or half weights keep the default."""
+    two = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 4, 3))
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    assert opt.unit_tolerance(two, "cuda") == opt.E2E_TOL[torch.float32]
+    assert opt.unit_tolerance(two, "cpu") is None
+    assert opt.unit_tolerance(two[:3], "cuda") is None
+    assert opt.unit_tolerance(copy_of(two).half(), "cuda") is None
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    assert opt.unit_tolerance(two, "cuda") is None
