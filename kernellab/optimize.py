@@ -489,7 +489,7 @@ def make_tasks(model_name: str, units: list[Unit], prof: dict) -> tuple[list[Tas
     for t in sorted(tasks.values(), key=lambda t: -t.share):
         u = t.units[0]
         args = _flat_call(*prof["calls"][u.label][0])[0]
-        gm = copy.deepcopy(u.traced)  # from_module moves its model to the CPU: never the user's own modules
+        gm = copy.deepcopy(u.traced)  # its mode is set below: never on the user's own modules
         gm.training = u.body().training  # the mode of the unit, recorded as the problem's MODE
         atol, rtol = t.tolerance or (None, None)
         try:

@@ -139,11 +139,11 @@ class Problem:
             raise ProblemError(f"<{name}>: model is a {type(model).__name__}, not a torch.nn.Module")
         main_defs = _main_definitions(model, name)
         example_inputs = list(example_inputs)
-        copied, stand_ins = _copy_with_stand_ins(model, stand_in_above)
         buf = io.BytesIO()
         try:
+            copied, stand_ins = _copy_with_stand_ins(model, stand_in_above)
             torch.save({"model": copied, "inputs": [_cpu(x) for x in example_inputs]}, buf)
-        except Exception as exc:  # pickling a local class, a lambda, ...
+        except Exception as exc:  # copying or pickling a local class, a lambda, a lock, ...
             raise ProblemError(f"<{name}>: model cannot be serialised for sandbox workers: {exc}") from exc
         blob = buf.getvalue()
         if len(blob) > MAX_MODULE_BYTES:
