@@ -37,7 +37,7 @@ def test_bench_optimize_writes_after_each_model_and_keeps_an_earlier_calls(tmp_p
     kb.mkdir(parents=True)
     shutil.copy(ROOT / "tests" / "optimize" / "small_model.py", kb / "small_model.py")
     common = ["experiments/bench_optimize.py", "--kernelbench", str(tmp_path / "kb"), "--budget", "3",
-              "--time-budget", "120", "--max-heavy", "1", "--trials", "1", "--out-dir", str(tmp_path / "out")]
+              "--time-budget", "120", "--max-heavy", "1", "--trials", "1", "--out-dir", str(tmp_path / "out"), "--no-inductor-seed"]
     p = run(*common, "--db", str(tmp_path / "a.db"), "--models", "small_model,no_such_model")
     (first,) = (tmp_path / "out").glob("*-optimize.json")
     res = json.loads(first.read_text())
@@ -47,6 +47,7 @@ def test_bench_optimize_writes_after_each_model_and_keeps_an_earlier_calls(tmp_p
     assert "error" not in small and small["check"]["ok"] and small["covered_share"] > 0
     assert "error" in missing and p.returncode == 1  # a model that failed is a row, and the run says so
     assert "kernellab [" in p.stderr  # the campaigns' progress lines
+    assert res["inductor_seed"] is False and "no torch.compile seed" in first.with_suffix(".md").read_text()
     # the next call measures the missing one again and keeps the first call's row
     kept = tmp_path / "first.json"
     shutil.copy(first, kept)
