@@ -244,8 +244,8 @@ def _deadline(ctx: Context, state: CampaignState) -> float | None:
     wall = ctx.config.get("time_budget_s")
     if wall is None:
         return None
-    spent = float(state.get("elapsed_s", 0.0)) + (time.monotonic() - ctx.session_start)
-    return time.monotonic() + wall - spent
+    # the earlier sessions' active time, then this session's from its start
+    return ctx.session_start + wall - float(state.get("elapsed_s", 0.0))
 
 
 def _usage_to_progress(ctx: Context) -> None:

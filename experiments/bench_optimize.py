@@ -108,10 +108,7 @@ def markdown(res: dict) -> str:
             after = "-" if p["share_after"] is None or not p["patched"] else f"{p['share_after']:.1%}"
             lines.append(f"| {', '.join(p['units'])} | {p['share']:.1%} | {after} | {w['candidate'][:12] if w else '-'} | "
                          f"{fx(w['speedup_eager']) if w else '-'} | {lineage} | "
-                         f"{'kernel' if p['patched'] else 'PyTorch'}: {p['outcome']}"
-                         + "".join(f"; {u}: {why}" for u, why in (p.get("kept") or {}).items())
-                         + (f"; judged at atol {p['tolerance'][0]:g}, rtol {p['tolerance'][1]:g}" if p.get("tolerance") else "")
-                         + " |")
+                         f"{'kernel' if p['patched'] else 'PyTorch'}: {p['outcome']}{opt.row_notes(p)} |")
         for sk in m["skipped"]:
             lines.append(f"| {sk['unit']} | {sk['share']:.1%} | - | - | - | - | PyTorch: {sk['reason']} |")
         lines.append("")

@@ -489,11 +489,12 @@ def make_tasks(model_name: str, units: list[Unit], prof: dict) -> tuple[list[Tas
     for t in sorted(tasks.values(), key=lambda t: -t.share):
         u = t.units[0]
         args = _flat_call(*prof["calls"][u.label][0])[0]
-        gm = copy.deepcopy(u.traced)  # its mode is set below: never on the user's own modules
-        gm.training = u.body().training  # the mode of the unit, recorded as the problem's MODE
+        # the mode of the unit, recorded as the problem's MODE: the graph's own root flag (from_module pickles a
+        # copy of the graph, so the unit's modules are neither copied here nor moved)
+        u.traced.training = u.body().training
         atol, rtol = t.tolerance or (None, None)
         try:
-            t.problem = Problem.from_module(gm, [a.detach() for a in args], name=f"{_safe(model_name)}.{_safe(u.label)}",
+            t.problem = Problem.from_module(u.traced, [a.detach() for a in args], name=f"{_safe(model_name)}.{_safe(u.label)}",
                                             atol=atol, rtol=rtol, stand_in_above=STAND_IN_ABOVE)
         except ProblemError as exc:
             skipped += [{"unit": v.label, "share": t.share / len(t.units), "reason": str(exc)} for v in t.units]
@@ -1187,6 +1188,15 @@ def load_model_spec(spec: str, inputs: str | None = None, small: bool | None = N
 
 
 # -- rendering ---------------------------------------------------------------------------------------------
+def row_notes(p: dict) -> str:
+    """What a problem's row adds to its outcome: why each unit with a campaign stayed PyTorch, and a tolerance
+    other than the default (the CLI's table and bench_optimize's page)."""
+    out = "".join(f"; {u}: {why}" for u, why in (p.get("kept") or {}).items())
+    if p.get("tolerance"):
+        out += f"; judged at atol {p['tolerance'][0]:g}, rtol {p['tolerance'][1]:g}"
+    return out
+
+
 def print_result(r: dict) -> None:
     """The optimize report as tables (``kernellab optimize`` without ``--json``)."""
     from rich.table import Table
@@ -1203,11 +1213,8 @@ def print_result(r: dict) -> None:
         vs = "-" if not w or w["speedup_eager"] is None else f"{w['speedup_eager']:.2f}x"
         lineage = " > ".join(step["action"] for step in w["lineage"]) if w else "-"
         state = "kernel" if p["patched"] else "PyTorch"
-        kept = "".join(f"; {u}: {why}" for u, why in (p.get("kept") or {}).items())
-        if p.get("tolerance"):
-            kept += f"; judged at atol {p['tolerance'][0]:g}, rtol {p['tolerance'][1]:g}"
         t.add_row(", ".join(p["units"]), pct(p["share"]), pct(p["share_after"]) if p["patched"] else "-",
-                  w["candidate"][:12] if w else "-", vs, lineage, f"{state}; {p['outcome']}{kept}")
+                  w["candidate"][:12] if w else "-", vs, lineage, f"{state}; {p['outcome']}{row_notes(p)}")
     console.print(t)
     if "patched_share" in r:
         console.print(f"{r['patched_share']:.1%} of the model's time runs a winner; our kernels carry "
