@@ -365,7 +365,8 @@ class _Steps:
             return None
         # search.tune returns TuneResult.to_dict() already
         return search.tune(problem, cand, store=self.store, executor=self.executor, n_trials=self.tune_trials,
-                           seed=config.seed, small=config.small, device=self.device, deadline=deadline)
+                           seed=config.seed, small=config.small, device=self.device, deadline=deadline,
+                           objective=config.objective)
 
     def profile(self, problem: Problem, cand: dict, best: dict) -> tuple[list, str | None]:
         from kernellab import sandbox

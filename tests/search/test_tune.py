@@ -200,3 +200,25 @@ def test_reopened_study_fails_stale_running_trials_and_goes_on(tmp_path, executo
     assert {(e["config"]["BLOCK"], e["config"]["EPS"]) for e in store.evaluations(candidate_id=cid, kind="trial")} \
         >= {(64, 0.0)}
     store.close()
+
+
+@pytest.mark.parametrize("objective", ["speedup_eager", "speedup_compile"])
+def test_tuning_best_is_the_row_the_store_selects(objective) -> None:
+    """Re-timings whose lowest median is not their highest speedup (each times eager in its own job):
+    the tuning names the configuration ``best_evaluation`` selects, as on the H200 (BLOCK 512 had the
+    lowest median, BLOCK 1024 the higher speedup); interpreted rows, without speedups, go by the median."""
+    from kernellab.search._tune import best_retime
+    from kernellab.vocab import best_evaluation
+
+    def row(block: int, ms: float, speedup: float | None, status: str = "correct") -> dict:
+        return {"candidate_id": "c", "kind": "retime", "status": status, "config": {"BLOCK": block},
+                "median_ms": ms, "speedup_eager": speedup, "speedup_compile": speedup}
+
+    rows = [row(512, 0.0100, 1.20), row(1024, 0.0102, 1.25), row(256, 0.0090, 1.40, status="mismatch")]
+    assert best_retime(rows, objective)["config"] == {"BLOCK": 1024}
+    assert best_evaluation(rows, objective)["config"] == best_retime(rows, objective)["config"]
+    interpreted = [row(512, 2.0, None), row(1024, 1.5, None)]
+    assert best_retime(interpreted, objective)["config"] == {"BLOCK": 1024}
+    assert best_retime([row(64, 1.0, 1.0, status="error")], objective) is None
+    with pytest.raises(ValueError, match="objective"):
+        tune(None, {"id": "c", "source": CANDIDATE}, store=None, objective="fastest")
