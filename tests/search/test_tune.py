@@ -208,6 +208,7 @@ def test_tuning_best_is_the_row_the_store_selects(objective) -> None:
     the tuning names the configuration ``best_evaluation`` selects, as on the H200 (BLOCK 512 had the
     lowest median, BLOCK 1024 the higher speedup); interpreted rows, without speedups, go by the median."""
     from kernellab.search._tune import best_retime
+
     from kernellab.vocab import best_evaluation
 
     def row(block: int, ms: float, speedup: float | None, status: str = "correct") -> dict:
