@@ -25,8 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # the vocabulary's SPACE/CONFIG reading, also this module's public names (tests, experiments/bench_tuning.py)
-from kernellab.vocab import DEFAULT_OBJECTIVE, Kind, SpaceError, best_key, canonical_json, check_objective
-from kernellab.vocab import flatten_space, is_nested, read_space, unflatten
+from kernellab.vocab import DEFAULT_OBJECTIVE, Kind, SpaceError, best_key, canonical_json, check_objective, flatten_space, is_nested, read_space, unflatten
 
 __all__ = ["SpaceError", "read_space", "parse_space", "space_size", "make_sampler", "tune", "TuneResult",
            "study_name", "optuna_storage"]
