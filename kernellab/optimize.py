@@ -683,13 +683,23 @@ def interpreted_size_warning(inputs: list, device: str) -> str | None:
             "parameter gets the CPU size) or run on a GPU")
 
 
+def _failure_text(text: str | None, limit: int = 300) -> str:
+    """A failed evaluation's text for the report: a traceback's last ``limit`` characters (the exception
+    and its message; its head, the sandbox's own frames, said nothing on the H200: "Traceback (most recent
+    call last): File sandbox/_job.py ..."), anything else's first."""
+    text = (text or "").strip()
+    if text.startswith("Traceback") and len(text) > limit:
+        return "..." + text[-limit:].replace("\n", " ")
+    return text[:limit].replace("\n", " ")
+
+
 def _winner(store: Any, campaign: str | None) -> dict:
     camp = store.get_campaign(campaign) if campaign else None
     if camp is None:
         return {"winner": None}
     best = store.reported_best(camp["id"])
-    # what went wrong, for a campaign without a win: the first three failures' texts, as the judge wrote them
-    failures = [f"{e['error_class'] or e['status']}: {(e['error_text'] or '').strip()[:300]}"
+    # what went wrong, for a campaign without a win: the first three failures, each in the judge's words
+    failures = [f"{e['error_class'] or e['status']}: {_failure_text(e['error_text'])}"
                 for e in store.evaluations(campaign_id=camp["id"]) if e["status"] != "correct"][:3]
     if not best:
         return {"winner": None, "status": camp["status"], "failures": failures}

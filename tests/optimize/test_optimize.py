@@ -282,3 +282,19 @@ def test_units_chaining_tf32_convs_are_judged_at_the_end_to_end_tolerance(monkey
     assert opt.unit_tolerance(copy_of(two).half(), "cuda") is None
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     assert opt.unit_tolerance(two, "cuda") is None
+
+
+def test_a_failure_in_the_report_ends_with_its_exception() -> None:
+    """The report's failure texts: a sandbox traceback shows its exception (its head is the sandbox's own
+    frames), a judge's message its start, each on one line."""
+    from kernellab.optimize import _failure_text
+
+    tb = ("Traceback (most recent call last):\n  File \"sandbox/_job.py\", line 253, in run_job\n"
+          + "    frame\n" * 80 + "triton.runtime.errors.OutOfResources: out of resource: shared memory, "
+          "Required: 262144, Hardware limit: 232448")
+    text = _failure_text(tb)
+    assert text.startswith("...") and text.endswith("Hardware limit: 232448") and "\n" not in text
+    assert len(text) <= 303
+    judged = "12/400 elements differ beyond atol=0.0001 rtol=0.0001\nmax abs diff 0.1"
+    assert _failure_text(judged) == judged.replace("\n", " ")
+    assert _failure_text(None) == ""
