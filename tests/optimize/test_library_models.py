@@ -187,4 +187,4 @@ def test_library_model_on_the_gpu(factory, tmp_path) -> None:
         assert not [s for s in r["skipped"] if s["unit"].endswith("attention")], r["skipped"]
     for p in r["problems"]:
         if p["patched"]:
-            assert p["winner"]["speedup_eager"] > 1.0
+            assert p["winner"]["speedup_eager"] >= opt.MIN_PATCH_SPEEDUP
