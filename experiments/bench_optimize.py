@@ -7,8 +7,8 @@ from real model libraries (a timm ResNet-18 and a transformers BERT-base, random
 ``--models`` takes level-3 file stems and ``package.module:factory`` specs, the inputs from
 ``package.module:factory_inputs`` or from a spec written ``package.module:factory@package.module:fn``
 (experiments/models/library.py: ``experiments.models.library:timm_resnet``, ``...:hf_bert``); a
-library that is not installed is an error row. For each model (a transformer block, CNNs, an MLP, a
-library ResNet and BERT): split into subgraphs, one campaign per deduplicated
+library that is not installed is an error row. For each model (by default a transformer block, a causal
+attention, a ResNet block, two MLPs, a library ResNet and BERT): split into subgraphs, one campaign per deduplicated
 subgraph with the builtin agents within ``--budget`` candidates and ``--time-budget`` seconds for the
 model, patch the winners back, check the patched model end to end on fresh inputs, and time eager, the
 patched model and torch.compile of the whole model side by side in one process. Writes
@@ -38,9 +38,10 @@ from kernellab.progress import Progress  # noqa: E402
 
 # ../shared/kernelbench beside the checkout, or KERNELBENCH_DIR (a GPU host gets a copy carried in the tree)
 DEFAULT_KB = Path(os.environ.get("KERNELBENCH_DIR") or ROOT.parent / "shared" / "kernelbench")
-# a transformer block, a ResNet block, a whole ResNet, LeNet and an MLP: all split and traced on the CPU
-# (28_VisionTransformer's encoder layers are called with keyword arguments, which optimize leaves alone)
-MODELS = ["44_MiniGPTBlock", "8_ResNetBasicBlock", "9_ResNet18", "4_LeNet5", "1_MLP"]
+# issue 15's five (results: experiments/results/2026-12-01-nvidia-h200-optimize-s9.md): a transformer block,
+# a causal attention, a ResNet block and two MLPs; 4_LeNet5, 9_ResNet18 and 3_DeepNarrowMLP also split and
+# trace (28_VisionTransformer's encoder layers are called with keyword arguments, which optimize leaves alone)
+MODELS = ["44_MiniGPTBlock", "43_MinGPTCausalAttention", "8_ResNetBasicBlock", "1_MLP", "2_ShallowWideMLP"]
 # their code, our kernels: eval mode, full size on a GPU (experiments/models/library.py)
 LIBRARY = ["experiments.models.library:timm_resnet", "experiments.models.library:hf_bert"]
 
