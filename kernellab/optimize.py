@@ -863,7 +863,7 @@ def _load_winner(store: Any, entry: dict, unit: Unit, require_speedup: bool,
     e = best[0]
     info.update(candidate=e["candidate_id"], interpreted=bool(e["interpreted"]), speedup_eager=e["speedup_eager"])
     if require_speedup and not e["interpreted"] and not (e["speedup_eager"] or 0) >= min_speedup:
-        return None, {**info, "reason": f"the winner is not faster than PyTorch ({e['speedup_eager']:.3g}x eager; "
+        return None, {**info, "reason": f"the winner is not enough faster than PyTorch ({e['speedup_eager']:.3g}x eager; "
                                         f"a patch needs {min_speedup:g}x)"}
     try:
         cls = load_best(store, camp["id"])
@@ -898,7 +898,8 @@ def patch(model: nn.Module, db: Any, example_inputs: list | tuple | None = None,
     every other unit, and a unit whose winner is not correct (or, timed on a GPU, not ``min_speedup``
     times faster than eager when ``require_speedup``; default :data:`MIN_PATCH_SPEEDUP`), stays PyTorch.
     A patched unit falls back to its PyTorch forward for other input shapes, another mode
-    (``.train()``/``.eval()``), another device, or when autograd needs a graph (the kernels compute a forward only). ``state_dict`` keys are those of the model.
+    (``.train()``/``.eval()``), another device, or when autograd needs a graph (the kernels compute a
+    forward only). ``state_dict`` keys are those of the model.
 
     **Trust**: a winner is candidate code, judged in the sandbox but loaded here into your own process,
     unsandboxed. Calling ``patch`` is the choice to run it.
@@ -1211,7 +1212,11 @@ def load_model_spec(spec: str, inputs: str | None = None, small: bool | None = N
 def row_notes(p: dict) -> str:
     """What a problem's row adds to its outcome: why each unit with a campaign stayed PyTorch, and a tolerance
     other than the default (the CLI's table and bench_optimize's page)."""
-    out = "".join(f"; {u}: {why}" for u, why in (p.get("kept") or {}).items())
+    by_reason: dict[str, list[str]] = {}
+    for u, why in (p.get("kept") or {}).items():
+        by_reason.setdefault(why, []).append(u)
+    # equal blocks share one winner, hence one reason: said once (BERT's twelve attention blocks filled a cell)
+    out = "".join(f"; {us[0] if len(us) == 1 else f'{len(us)} subgraphs'}: {why}" for why, us in by_reason.items())
     if p.get("tolerance"):
         out += f"; judged at atol {p['tolerance'][0]:g}, rtol {p['tolerance'][1]:g}"
     return out

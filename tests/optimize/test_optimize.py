@@ -321,3 +321,12 @@ def test_patch_needs_a_winner_min_speedup_faster_than_eager(optimized, tmp_path)
     assert recs["blocks.0"]["status"] == "pytorch" and "a patch needs 1.05x" in recs["blocks.0"]["reason"]
     recs = {p["unit"]: p for p in kernellab.patch(optimized["model"], str(db), min_speedup=1.0).kernellab_patches}
     assert recs["blocks.0"]["status"] == recs["blocks.1"]["status"] == "kernel"
+
+
+def test_row_notes_say_a_shared_reason_once() -> None:
+    from kernellab.optimize import row_notes
+
+    why = "the winner is not enough faster than PyTorch (0.24x eager; a patch needs 1.05x)"
+    kept = {f"encoder.layer.{i}.attention": why for i in range(12)} | {"pooler": "no correct candidate"}
+    assert row_notes({"kept": kept}) == f"; 12 subgraphs: {why}; pooler: no correct candidate"
+    assert row_notes({"kept": {}, "tolerance": [1e-3, 1e-3]}) == "; judged at atol 0.001, rtol 0.001"
