@@ -50,7 +50,8 @@ def test_seed_is_correct_on_gpu_at_full_size(path):
 
 # every GPU call runs two of them (a fused GEMM and an online softmax: 30-130 s each on the H200); the rest,
 # e.g. cumsum 139 s and sum_dim 170 s, with tests-slow
-CHANGED_EVERY = ["fusions/gemm_bias_gelu", "ops/softmax"]
+# softmax with tests-slow: 41 s under the suite's load against gemm_bias_gelu's 1.2 s (session 9)
+CHANGED_EVERY = ["fusions/gemm_bias_gelu"]
 
 
 @pytest.mark.gpu

@@ -195,8 +195,10 @@ def test_optimize_on_the_gpu(tmp_path) -> None:
     torch.manual_seed(0)
     model = mod.Model(32, 2048).cuda()
     inputs = [torch.randn(256, 32, 8, 8, device="cuda")]
-    r = opt.optimize(model, inputs, db=str(tmp_path / "k.db"), name="small_model_gpu", budget=8, max_heavy=1,
-                     trials=3, device="cuda")
+    # the flow on CUDA is under test, not the search: without tuning and the Inductor seed (their own GPU tests
+    # cover them), and within a time budget; the test had not finished after 490 s of session 9's suite
+    r = opt.optimize(model, inputs, db=str(tmp_path / "k.db"), name="small_model_gpu", budget=4, max_heavy=1,
+                     trials=3, device="cuda", tune_trials=0, inductor_seed=False, time_budget_s=90)
     assert r["check"] is None or r["check"]["ok"]
     t = r["timing"]
     assert not t["interpreted"] and t["compile"]["median_ms"] > 0 and t["speedup_vs_compile"] > 0
