@@ -78,9 +78,12 @@ for step in "${steps[@]}"; do
         -n "${GPU_TEST_WORKERS:-6}" --dist loadgroup --durations=15
       # tests-bigmem: one worker per GPU, each with its whole card
       bm=(); [ ${#GPUS[@]} -gt 1 ] && bm=(-n "${#GPUS[@]}")
-      [ "$step" != tests-par ] && gpu_pytest gpu-tests-bigmem.log "gpu and bigmem" --durations=8 "${bm[@]}" ;;
-    tests-slow)  # the long cases left out of `tests`: the rest of each full-size sweep, every bundled seed at full size
-      gpu_pytest gpu-tests-slow.log "gpu and gpu_slow" -n "${GPU_TEST_WORKERS:-6}" --durations=10 ;;
+      [ "$step" != tests-par ] && gpu_pytest gpu-tests-bigmem.log "gpu and bigmem and not gpu_slow" --durations=8 "${bm[@]}" ;;
+    tests-slow)  # the long cases left out of `tests`: the rest of each full-size sweep, every bundled seed at full size;
+      # its bigmem cases after the others, alone on each card
+      gpu_pytest gpu-tests-slow.log "gpu and gpu_slow and not bigmem" -n "${GPU_TEST_WORKERS:-6}" --durations=10
+      bm=(); [ ${#GPUS[@]} -gt 1 ] && bm=(-n "${#GPUS[@]}")
+      gpu_pytest gpu-tests-slow-bigmem.log "gpu and gpu_slow and bigmem" --durations=8 "${bm[@]}" ;;
     eager)   $PY experiments/measure_eager.py 2>&1 | tee "$OUT/eager.log" ;;
     sandbox) $PY experiments/bench_sandbox.py 2>&1 | tee "$OUT/sandbox.log" ;;
     gemm)    $PY experiments/bench_gemm_templates.py 2>&1 | tee "$OUT/gemm.log" ;;

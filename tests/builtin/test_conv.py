@@ -561,8 +561,9 @@ def test_kernelbench_conv_seed_is_correct_with_own_kernels(rel):
 
 # -- full KernelBench size on the GPU (the lead runs these on the H200) -------------------------------
 
-# outputs of 2.1 GB (537M fp32 values) in 2, 67 and 86: the sandbox holds several, so they run alone
-_BIG = pytest.mark.bigmem
+# outputs of 2.1 GB (537M fp32 values) in 2, 67 and 86: the sandbox holds several, so they run alone, and with
+# tests-slow (57 and 47 are the sweep's cases in every call): 15-28 s each alone, the bigmem group 161 s in session 10
+_BIG = (pytest.mark.bigmem, pytest.mark.gpu_slow)
 KB_GPU = ["level2/57_Conv2d_ReLU_HardSwish.py", "level2/47_Conv3d_Mish_Tanh.py",
           pytest.param("level2/2_ConvTranspose2d_BiasAdd_Clamp_Scaling_Clamp_Divide.py", marks=_BIG),
           pytest.param("level2/67_Conv2d_GELU_GlobalAvgPool.py", marks=_BIG),
