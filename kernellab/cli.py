@@ -617,6 +617,10 @@ def compare(campaigns: tuple[str, ...], study_name: str | None, by: str, tie: fl
 @click.option("--budget", default=16, show_default=True, help="Candidates over all subgraphs together.")
 @click.option("--time-budget", "time_budget_s", type=float, default=None, metavar="SECONDS",
               help="Wall time over all subgraphs together.")
+@click.option("--gpu-budget", "gpu_budget_s", type=float, default=None, metavar="SECONDS",
+              help="GPU-seconds (summed evaluation time) over all subgraphs together.")
+@click.option("--usd-budget", type=float, default=None, metavar="DOLLARS",
+              help="LLM dollars over all subgraphs together.")
 @click.option("--per-problem", type=int, default=None, metavar="N",
               help="At most N candidates per subgraph [default: the budget shared by time share, at least 2 each].")
 @click.option("--max-heavy", default=4, show_default=True,
@@ -631,9 +635,9 @@ def compare(campaigns: tuple[str, ...], study_name: str | None, by: str, tie: fl
 @db_option
 @json_option
 @_errors
-def optimize(model: str, inputs: str | None, budget: int, time_budget_s: float | None, per_problem: int | None,
-             max_heavy: int, min_share: float, llm: str, base_url: str | None, trials: int, device: str, db: str,
-             as_json: bool) -> None:
+def optimize(model: str, inputs: str | None, budget: int, time_budget_s: float | None, gpu_budget_s: float | None,
+             usd_budget: float | None, per_problem: int | None, max_heavy: int, min_share: float, llm: str,
+             base_url: str | None, trials: int, device: str, db: str, as_json: bool) -> None:
     """Optimize a whole MODEL: cut it into subgraphs, run a campaign on each, patch the winners back.
 
     MODEL is a KernelBench-format file (Model, get_inputs, get_init_inputs; SMALL sizes on a CPU) or
@@ -641,7 +645,8 @@ def optimize(model: str, inputs: str | None, budget: int, time_budget_s: float |
     get_inputs). The model is profiled on its inputs and cut into subgraphs (modules with at most
     --max-heavy matmul/conv modules; identical blocks, same structure and shapes, are one problem),
     ranked by their share of the model's time. One campaign per problem, most promising first, within
-    --budget candidates and --time-budget seconds in all; a rerun with the same --db skips finished
+    --budget candidates, --time-budget seconds, --gpu-budget GPU-seconds and --usd-budget LLM dollars in
+    all (each campaign gets what those before it left); a rerun with the same --db skips finished
     subgraphs and resumes an interrupted one. The winners are then loaded into this process (their code
     runs unsandboxed here: running this command is that choice) and the patched model is checked end to
     end on fresh inputs in the model's own mode; a subgraph without a correct win (on a GPU: one at least
@@ -660,7 +665,7 @@ def optimize(model: str, inputs: str | None, budget: int, time_budget_s: float |
         # each campaign's steps as plain lines on stderr, between optimize's own (a live panel would fight them)
         with Progress(enabled=not as_json, plain=True) as progress:
             result = opt.optimize(net, xs, db=db, name=name, budget=budget, time_budget_s=time_budget_s,
-                                  per_problem=per_problem, max_heavy=max_heavy, min_share=min_share, llm=llm,
+                                  gpu_budget_s=gpu_budget_s, usd_budget=usd_budget, per_problem=per_problem, max_heavy=max_heavy, min_share=min_share, llm=llm,
                                   base_url=base_url, trials=trials, device=dev, progress=progress,
                                   log=None if as_json else lambda s: click.echo(s, err=True))
     except (opt.OptimizeError, CampaignError) as exc:

@@ -547,6 +547,7 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
     """Optimize a whole model: split, dedupe, rank, one campaign per problem, patch, check, time.
 
     ``budget``: candidates over all problems together; ``time_budget_s``: wall time over all of them;
+    ``gpu_budget_s`` and ``usd_budget`` (options): GPU-seconds and LLM dollars over all of them;
     ``per_problem``: a cap per problem (default: the budget shared by time share, at least 2 each);
     ``min_share``: problems below this share of the model's time are left to PyTorch; ``options``: the
     other fields of :class:`kernellab.campaign.CampaignConfig` (``llm=``, ``device=``, ``trials=``...).
@@ -568,6 +569,12 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
     unknown = sorted(set(options) - set(CampaignConfig.__dataclass_fields__) - {"problems", "budget", "time_budget_s"})
     if unknown:
         raise OptimizeError(f"unknown option(s) {', '.join(unknown)}; the options are the fields of CampaignConfig")
+    # GPU-seconds and LLM dollars are totals over all problems, like the candidates and the wall time: each
+    # new campaign gets what the campaigns before it (finished earlier ones too) left
+    totals = {k: v for k in ("gpu_budget_s", "usd_budget") if (v := options.pop(k, None)) is not None}
+    for k, v in totals.items():
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise OptimizeError(f"{k} must be a positive number, got {v!r}")
     say = log or (lambda s: None)
     name = name or type(model).__name__
     t_start = time.monotonic()
@@ -588,6 +595,7 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
             t.outcome = f"left to PyTorch: {t.share:.1%} of the model's time is below min_share {min_share:.0%}"
     total_share = sum(t.share for t in eligible) or 1.0
     spent = 0
+    touched: list[str] = []  # the campaigns of this model's problems, finished before or run now
     own = executor is None
     executor = executor or sandbox.LocalExecutor()
     failed = True
@@ -603,11 +611,17 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
                 t.outcome = "finished before (skipped)"
                 t.budget = camp["config"].get("budget", 0)
                 spent += len(store.candidates(camp["id"]))
+                touched.append(camp["id"])
                 say(f"{t.campaign}: finished before, skipped")
                 continue
             left_s = None if time_budget_s is None else time_budget_s - (time.monotonic() - t_start)
             if left_s is not None and left_s <= 0:
                 t.outcome = "not run: the time budget was spent on the problems ranked above"
+                continue
+            left = {k: v - _used(store, touched, k) for k, v in totals.items()}
+            out = [k for k, v in left.items() if v <= 0]
+            if out:
+                t.outcome = f"not run: the {_BUDGET_WORDS[out[0]]} budget was spent on the problems ranked above"
                 continue
             if camp is None:
                 share_budget = max(2, math.floor(budget * t.share / total_share))
@@ -616,7 +630,7 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
                     t.outcome = "not run: the candidate budget was spent on the problems ranked above"
                     continue
                 t.budget = want
-                config = CampaignConfig(problems=[t.problem.label], budget=want, time_budget_s=left_s,
+                config = CampaignConfig(problems=[t.problem.label], budget=want, time_budget_s=left_s, **left,
                                         **{k: v for k, v in options.items() if k not in ("budget", "time_budget_s")})
                 try:
                     check_campaign(config, problems=[t.problem])
@@ -630,6 +644,7 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
             say(f"{t.campaign}: {t.share:.1%} of the model's time, {len(t.units)} unit(s), budget {t.budget}")
             run_campaign(store, cid, executor=executor, progress=progress)
             spent += len(store.candidates(cid))
+            touched.append(cid)
             t.outcome = "ran"
         failed = False
     finally:
@@ -663,6 +678,18 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
     if compare:
         result["timing"] = time_models(work, copy.deepcopy(patched), inputs)
     return result
+
+
+_BUDGET_WORDS = {"gpu_budget_s": "GPU-second", "usd_budget": "LLM dollar"}
+
+
+def _used(store: Any, campaign_ids: list[str], field: str) -> float:
+    """GPU-seconds (``gpu_budget_s``) or LLM dollars (``usd_budget``) the campaigns spent, counted as each
+    campaign's own budget counts them (``search.Usage``)."""
+    from search import Usage
+
+    attr = {"gpu_budget_s": "gpu_s", "usd_budget": "llm_usd"}[field]
+    return sum(getattr(Usage.from_store(store, cid), attr) for cid in campaign_ids)
 
 
 def interpreted_size_warning(inputs: list, device: str) -> str | None:
