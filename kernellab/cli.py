@@ -665,8 +665,9 @@ def optimize(model: str, inputs: str | None, budget: int, time_budget_s: float |
         # each campaign's steps as plain lines on stderr, between optimize's own (a live panel would fight them)
         with Progress(enabled=not as_json, plain=True) as progress:
             result = opt.optimize(net, xs, db=db, name=name, budget=budget, time_budget_s=time_budget_s,
-                                  gpu_budget_s=gpu_budget_s, usd_budget=usd_budget, per_problem=per_problem, max_heavy=max_heavy, min_share=min_share, llm=llm,
-                                  base_url=base_url, trials=trials, device=dev, progress=progress,
+                                  gpu_budget_s=gpu_budget_s, usd_budget=usd_budget, per_problem=per_problem,
+                                  max_heavy=max_heavy, min_share=min_share, llm=llm, base_url=base_url,
+                                  trials=trials, device=dev, progress=progress,
                                   log=None if as_json else lambda s: click.echo(s, err=True))
     except (opt.OptimizeError, CampaignError) as exc:
         raise UsageFailure(str(exc)) from None

@@ -595,7 +595,7 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
             t.outcome = f"left to PyTorch: {t.share:.1%} of the model's time is below min_share {min_share:.0%}"
     total_share = sum(t.share for t in eligible) or 1.0
     spent = 0
-    touched: list[str] = []  # the campaigns of this model's problems, finished before or run now
+    used = dict.fromkeys(totals, 0.0)  # of each total, what this model's campaigns spent (finished before or run now)
     own = executor is None
     executor = executor or sandbox.LocalExecutor()
     failed = True
@@ -611,14 +611,14 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
                 t.outcome = "finished before (skipped)"
                 t.budget = camp["config"].get("budget", 0)
                 spent += len(store.candidates(camp["id"]))
-                touched.append(camp["id"])
+                _add_usage(used, store, camp["id"])
                 say(f"{t.campaign}: finished before, skipped")
                 continue
             left_s = None if time_budget_s is None else time_budget_s - (time.monotonic() - t_start)
             if left_s is not None and left_s <= 0:
                 t.outcome = "not run: the time budget was spent on the problems ranked above"
                 continue
-            left = {k: v - _used(store, touched, k) for k, v in totals.items()}
+            left = {k: v - used[k] for k, v in totals.items()}
             out = [k for k, v in left.items() if v <= 0]
             if out:
                 t.outcome = f"not run: the {_BUDGET_WORDS[out[0]]} budget was spent on the problems ranked above"
@@ -644,7 +644,7 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
             say(f"{t.campaign}: {t.share:.1%} of the model's time, {len(t.units)} unit(s), budget {t.budget}")
             run_campaign(store, cid, executor=executor, progress=progress)
             spent += len(store.candidates(cid))
-            touched.append(cid)
+            _add_usage(used, store, cid)
             t.outcome = "ran"
         failed = False
     finally:
@@ -681,15 +681,19 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
 
 
 _BUDGET_WORDS = {"gpu_budget_s": "GPU-second", "usd_budget": "LLM dollar"}
+_USAGE_FIELD = {"gpu_budget_s": "gpu_s", "usd_budget": "llm_usd"}  # a CampaignConfig budget -> its search.Usage field
 
 
-def _used(store: Any, campaign_ids: list[str], field: str) -> float:
-    """GPU-seconds (``gpu_budget_s``) or LLM dollars (``usd_budget``) the campaigns spent, counted as each
-    campaign's own budget counts them (``search.Usage``)."""
+def _add_usage(used: dict[str, float], store: Any, campaign_id: str) -> None:
+    """Adds a finished campaign's spending to ``used`` (keyed by budget field), counted as the campaign's own
+    budget counts it (``search.Usage``); read once, as the campaign ends."""
+    if not used:
+        return
     from search import Usage
 
-    attr = {"gpu_budget_s": "gpu_s", "usd_budget": "llm_usd"}[field]
-    return sum(getattr(Usage.from_store(store, cid), attr) for cid in campaign_ids)
+    u = Usage.from_store(store, campaign_id)
+    for k in used:
+        used[k] += getattr(u, _USAGE_FIELD[k])
 
 
 def interpreted_size_warning(inputs: list, device: str) -> str | None:

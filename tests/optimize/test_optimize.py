@@ -188,14 +188,14 @@ def test_cli_optimize_bad_input(tmp_path) -> None:
 def test_gpu_seconds_are_one_budget_over_all_subgraphs(tmp_path) -> None:
     """--gpu-budget is a total, like --budget: the first problem's campaign spends it and the next one is
     not started (each campaign given the whole amount would have run both)."""
+    from kernellab.store import Store
+
     model, inputs, name = opt.load_model_spec(str(MODEL), device="cpu")
     with pytest.raises(opt.OptimizeError, match="gpu_budget_s must be a positive number"):
         opt.optimize(model, inputs, db=str(tmp_path / "k.db"), gpu_budget_s=-1.0)
     r = opt.optimize(model, inputs, db=str(tmp_path / "k.db"), name=name, budget=4, max_heavy=1, trials=2,
                      gpu_budget_s=1e-6, verify=False, compare=False)
     first, second = r["problems"]
-    from kernellab.store import Store
-
     assert first["outcome"] == "ran"
     assert Store(str(tmp_path / "k.db")).get_campaign(first["campaign"])["config"]["gpu_budget_s"] == 1e-6
     assert second["outcome"] == "not run: the GPU-second budget was spent on the problems ranked above"
