@@ -250,12 +250,20 @@ def run_kernelbench(row: dict, kb: Path, trials: int, perf_trials: int, timing_m
 
 
 def _kb_commit(kb: Path) -> str:
+    """KernelBench's own checkout's commit, else the one its README names. A copy inside another repository
+    (the .kb carried to the GPU host) is not a checkout: git would answer with the outer repository's HEAD
+    (the H200 cross-check of session 10 named kernellab's commit as KernelBench's)."""
     try:
-        return subprocess.run(["git", "-C", str(kb), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        def git(*args: str) -> str:
+            return subprocess.run(["git", "-C", str(kb), *args], capture_output=True, text=True,
+                                  check=True).stdout.strip()
+
+        if Path(git("rev-parse", "--show-toplevel")).resolve() == kb.resolve():
+            return git("rev-parse", "--short", "HEAD")
     except (OSError, subprocess.CalledProcessError):
-        m = re.search(r"commit ([0-9a-f]{7,40})", (kb / "README.md").read_text()) if (kb / "README.md").exists() else None
-        return m.group(1) if m else "unknown"
+        pass
+    m = re.search(r"commit ([0-9a-f]{7,40})", (kb / "README.md").read_text()) if (kb / "README.md").exists() else None
+    return m.group(1) if m else "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

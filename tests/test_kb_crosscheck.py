@@ -102,6 +102,26 @@ def _row(name: str, kl_correct: bool, kb: dict | None, kl_speedup: float | None 
                                            "speedup_eager": kl_speedup}, "kernelbench": kb, "source": source}
 
 
+def test_a_kernelbench_copy_inside_another_repository_names_its_readme_commit(tmp_path: Path) -> None:
+    """The .kb copy carried to the GPU host sits inside kernellab's checkout: its commit is its README's, not
+    the outer repository's HEAD; a checkout of its own names its HEAD."""
+    outer = tmp_path / "outer"
+    kb = outer / ".kb"
+    kb.mkdir(parents=True)
+    (kb / "README.md").write_text("KernelBench at commit 423217d\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    for repo in (outer, kb):
+        subprocess.run([*git, "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "-C", str(outer), "commit", "-q", "--allow-empty", "-m", "outer"], check=True)
+    (kb / ".git").rename(tmp_path / "kb.git")  # a plain copy: no .git of its own
+    assert kbx._kb_commit(kb) == "423217d"
+    (tmp_path / "kb.git").rename(kb / ".git")
+    subprocess.run([*git, "-C", str(kb), "commit", "-q", "--allow-empty", "-m", "kb"], check=True)
+    head = subprocess.run(["git", "-C", str(kb), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    assert kbx._kb_commit(kb) == head != "423217d"
+
+
 def test_compare_counts_every_kind_of_agreement() -> None:
     rows = [_row("a", True, {"compiled": True, "correctness": True, "speedup": 2.1}, 2.0),  # agree, within 10%
             _row("b", True, {"compiled": True, "correctness": True, "speedup": 0.9}, 1.3),  # agree, other side of 1x
