@@ -351,9 +351,9 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     say(f"bench {suite}: {len(problems)} problems, {len(mine)} in this shard"
         f"{f' ({shard[0]}/{shard[1]})' if shard else ''}; {skipped} skipped as finished, {resumed} to resume, "
         f"{len(todo) - resumed} to start (config {chash})")
-    # Workers share the GPU's memory evenly; full-size memory-bound problems hold several GB of inputs
-    # and reference outputs per trial, so more than 4 workers per GPU run out of memory.
-    make = executor_factory or (lambda: sandbox.LocalExecutor(workers_per_gpu=max(1, min(jobs, 4))))
+    # The pool is sized to the host (LocalExecutor's default), not to --jobs: the campaigns' trials,
+    # re-timings and evaluations share it, and memory admission keeps large problems within the card.
+    make = executor_factory or sandbox.LocalExecutor
     executor = make() if todo else None  # before any file: a cluster that fails writes nothing
 
     counter = {"done": skipped}

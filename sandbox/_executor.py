@@ -3,10 +3,11 @@
 :class:`LocalExecutor` keeps a pool of worker processes on this host: ``workers_per_gpu`` per visible
 GPU (each worker sees exactly one GPU), or ``cpu_workers`` running the Triton interpreter. Each pool
 slot is a thread of the caller's process that owns one worker: it admits the job to its GPU's memory
-budget (the job's footprint, estimated from the problem; a job needing more than half the budget
-runs alone), sends the job, enforces the time limit of the phase the worker announces, holds the
-GPU's reader/writer lock for the worker (timing and profiling as the writer, with the GPU to
-themselves; the reference, poison, trials and compile as readers, shared), and replaces the worker
+budget (the job's footprint, estimated from the problem; as many jobs share it as fit), sends the job,
+enforces the time limit of the phase the worker announces, holds the GPU's reader/writer lock for the
+worker (timing and profiling as the writer, with the GPU to themselves; the reference, poison, trials
+and the candidate's calls as readers, shared; host-only work -- Triton and NVRTC compiles -- holds
+nothing), and replaces the worker
 after a timeout, a crash, a CUDA fault or a rejection. A failure of our own machinery (an
 out-of-memory outside the candidate's code, a worker that does not start, a bug of ours) is an
 infrastructure result (``details.infra``), retried (``_gpu.retry_admission``: an out-of-memory while
@@ -48,7 +49,7 @@ from kernellab.problem import Problem, content_hash
 
 from ._env import protect_parent, worker_env
 from ._gpu import GIB, JOB_OVERHEAD, OOM_CLASSES, POISON_CAP, MemoryBudget, RWLock, TooBig, estimate, retry_admission
-from ._result import empty_result, infra_result, is_infra, truncate
+from ._result import empty_result, infra_result, is_infra, reference_key, truncate
 
 __all__ = ["Limits", "EvalJob", "Executor", "LocalExecutor", "default_executor", "SandboxError"]
 
@@ -170,6 +171,9 @@ class _Worker:
         extra = {"KERNELLAB_SANDBOX_DEVICE": kind}
         if kind == "cuda":
             extra["CUDA_VISIBLE_DEVICES"] = gpu or "0"
+            # Inductor compiles in the worker itself, where _worker.release_for_compiles sees its Triton
+            # compiles (in a compile subprocess the worker would wait for them holding the GPU)
+            extra.setdefault("TORCHINDUCTOR_COMPILE_THREADS", os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "1"))
         else:
             extra["CUDA_VISIBLE_DEVICES"] = ""
             extra["TRITON_INTERPRET"] = "1"
@@ -189,6 +193,9 @@ class _Worker:
         child.close()
         self.conn = Connection(parent.detach())
         self.info: dict = {}
+        # reference outputs this worker holds (sandbox._job._References), by key: the digest it reported
+        # when it computed them, before that job's candidate ran -- what a later job's reuse is checked against
+        self.ref_digests: dict[str, str] = {}
         deadline = time.monotonic() + limits.startup
         while not self.conn.poll(0.2):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -243,6 +250,26 @@ class _Worker:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
+def host_workers_per_gpu(ncpu: int, ngpus: int) -> int:
+    """Sandbox workers per GPU sized to the host, not to how many campaigns run: two cores a worker
+    (its compiles and checks run on the host), at most ``MAX_WORKERS_PER_GPU``. Memory admission, not
+    the worker count, keeps large problems from running out of the card."""
+    return max(1, min(MAX_WORKERS_PER_GPU, ncpu // max(1, 2 * max(1, ngpus))))
+
+
+def reference_cache_bytes(workers: int, total: int | None = None) -> int:
+    """Host memory each worker may keep reference outputs in between jobs: a quarter of the host's memory
+    shared among the pool, at most ``REF_CACHE_MAX``."""
+    if total is None:
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            total = 0
+    return int(min(REF_CACHE_MAX, total // (4 * max(1, workers))))
+
+
+MAX_WORKERS_PER_GPU = 8
+REF_CACHE_MAX = 8 * GIB
 _SENTINEL = object()
 # consecutive failed worker starts on one device after which the executor stops trying there
 BREAKER_FAILURES = 3
@@ -335,14 +362,18 @@ class LocalExecutor(Executor):
 
     def __init__(self, workers_per_gpu: int | None = None, cpu_workers: int | None = None,
                  limits: Limits | None = None, max_jobs_per_worker: int = 50,
-                 cpu_memory_gb: float | None = 8.0, gpu_bytes: int | None = None) -> None:
+                 cpu_memory_gb: float | None = 8.0, gpu_bytes: int | None = None,
+                 ref_cache_bytes: int | None = None) -> None:
         ncpu = os.cpu_count() or 2
         self._gpus = _visible_gpus()
-        self.workers_per_gpu = workers_per_gpu or max(1, min(8, ncpu // max(1, 2 * len(self._gpus or [0]))))
+        self.workers_per_gpu = workers_per_gpu or host_workers_per_gpu(ncpu, len(self._gpus))
         self.cpu_workers = cpu_workers or max(1, min(4, ncpu // 2))
         self.limits = limits or Limits()
         self.max_jobs_per_worker = max_jobs_per_worker
         self.cpu_memory_gb = cpu_memory_gb
+        # the host memory each worker may keep reference outputs in across jobs (0: none)
+        self.ref_cache_bytes = reference_cache_bytes(self.workers_per_gpu * max(1, len(self._gpus)) + self.cpu_workers) \
+            if ref_cache_bytes is None else int(ref_cache_bytes)
         env_bytes = os.environ.get("KERNELLAB_GPU_BYTES")
         if gpu_bytes is None and env_bytes:
             try:
@@ -676,7 +707,11 @@ class LocalExecutor(Executor):
                    "small": job.small, "trials": job.trials, "timing": job.timing, "need_baseline": need,
                    "max_jobs": self.max_jobs_per_worker, "timing_target_ms": job.timing_target_ms,
                    "stop_above_ms": job.stop_above_ms, "time_compile": bool(job.retime), "gpu_grant_bytes": grant,
-                   "poison_cap": min(POISON_CAP, grant // 8) if grant else POISON_CAP}
+                   "poison_cap": min(POISON_CAP, grant // 8) if grant else POISON_CAP,
+                   # a re-timing's printed numbers come from reference outputs computed in its own job
+                   "reuse_reference": not job.retime, "ref_cache_bytes": self.ref_cache_bytes,
+                   "ref_digest": None if job.retime else w.ref_digests.get(
+                       reference_key(job.problem.id, bool(job.small), job.trials, job.timing))}
         clock = _GpuClock()
         offset = w.log_size()
         lock = self._gpu_locks.get(gpu) if w.kind == "cuda" else None
@@ -735,6 +770,8 @@ class LocalExecutor(Executor):
                         if reading:
                             lock.release_read()
                             reading = False
+                    elif msg[0] == "reference":  # computed before the candidate was loaded
+                        w.ref_digests[msg[1]] = msg[2]
                     elif msg[0] == "result":
                         result, keep = msg[1], not msg[2]
                     continue

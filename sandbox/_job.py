@@ -50,6 +50,7 @@ from ._result import (
     empty_result,
     format_exc,
     is_oom,
+    reference_key,
     truncate,
 )
 from ._timing import _Event, _sleep, side_stream_leftover, spin_cycles, time_cpu, time_gpu
@@ -91,9 +92,10 @@ def _poison(sizes: list[tuple[int, torch.device]], copies: int = 4, cap: int = P
     return total
 
 
-def _fingerprint(xs: list) -> list:
+def _fingerprint(xs: list, device: torch.device | None = None) -> list:
     """Per input: shape, dtype and two position-weighted sums of its bits (computed where the tensor
-    lives, chunk by chunk), or the value itself when not a tensor. Equal inputs give equal prints."""
+    lives, or on ``device``, chunk by chunk), or the value itself when not a tensor. Equal inputs give
+    equal prints, wherever they are computed (integer sums)."""
     out: list = []
     for x in xs:
         if not isinstance(x, torch.Tensor):
@@ -104,7 +106,7 @@ def _fingerprint(xs: list) -> list:
         bits = t.view(word) if word is not None and t.dtype != torch.bool else t.to(torch.int64)
         s1 = s2 = 0
         for lo in range(0, t.numel(), FP_CHUNK):
-            b = bits[lo:lo + FP_CHUNK].to(torch.int64)
+            b = bits[lo:lo + FP_CHUNK].to(device or bits.device).to(torch.int64)
             w = torch.arange(lo, lo + b.numel(), device=b.device, dtype=torch.int64) % 65521 + 1
             s1 += int(b.sum())
             s2 += int((b * w).sum())
@@ -112,6 +114,12 @@ def _fingerprint(xs: list) -> list:
     return out
 
 
+
+
+def _value_prints(xs: list, device: torch.device | None = None) -> list:
+    """The prints of :func:`_fingerprint` without the strides: a copy to the host keeps the values, not
+    always the layout (an expanded output comes back contiguous)."""
+    return [p[:2] + p[3:] if isinstance(p, tuple) else p for p in _fingerprint(xs, device)]
 
 
 # A trial's inputs up to this size stay alive for the whole job (a read returns a fresh copy):
@@ -351,15 +359,27 @@ def _apply_config(mod: Any, config: dict | None) -> None:
 
 
 def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
+    """Build the reference model and every trial's reference outputs, or take the outputs from the
+    worker's cache (:class:`_References`) when this job allows it (``reuse_reference``; never for a
+    re-timing, whose printed number comes from outputs computed in its own job) and the executor
+    vouches for them (``ref_digest``: what this worker reported when it computed them, before any
+    candidate of that job ran). Between trials the GPU's shared hold is given up and asked for again,
+    so a timing waiting for the GPU waits for one trial, not for the whole reference."""
     from kernellab.problem import instantiate, make_inputs
 
     problem, small, dev = job["problem"], job["small"], w.device
+    n = max(1, int(job.get("trials", 5)))
+    timing_on = bool(job.get("timing", True))
+    key = reference_key(problem.id, bool(small), n, timing_on)
+    cache = _references(w)
+    info = d.setdefault("reference", {"key": key})
+    t_ref = time.perf_counter()
+    entry = cache.take(key, job.get("ref_digest")) if job.get("reuse_reference", True) else None
     try:
         inst = instantiate(problem, small=small, seed=SEED, device=dev)
         settings = problem.settings(inst.module)
         mod = inst.module
         inst.inputs = []  # instantiate's own sample: the trials make theirs, one at a time
-        n = max(1, int(job.get("trials", 5)))
 
         def make(t: int) -> list:
             base = make_inputs(mod, inst.dtype, dev, SEED + 1 + t)
@@ -367,31 +387,68 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
             gen = torch.Generator(device=dev).manual_seed(SEED + 1000 + t)
             return transform(base, distribution(t), gen)
 
+        if entry is not None and not entry.intact(dev):
+            # changed since it was computed (a candidate of an earlier job reached it): computed anew
+            info["cache_changed"] = True
+            cache.drop(key)
+            entry = None
         trials = []
+        # the outputs' prints where they are computed (on the device: cheap), while they may still be cached
+        cap = int(job.get("ref_cache_bytes") or 0) if job.get("reuse_reference", True) else 0
+        ref_prints: list | None = [] if entry is None and cap > 0 else None
+        held = 0
+
+        def computed(outs: list[torch.Tensor]) -> list[torch.Tensor]:
+            nonlocal ref_prints, held
+            held += sum(t_.numel() * t_.element_size() for t_ in outs)
+            if ref_prints is not None and held <= cap:
+                ref_prints.append(_value_prints(outs))
+            else:
+                ref_prints = None
+            # on the CPU, not next to the candidate's trial: one trial at a time on the device
+            return [t_.detach().to("cpu") for t_ in outs]
+
         for t in range(n):
+            if t:  # a preemption point: a timing waiting for the GPU goes first
+                _sync(dev)
+                w.unread()
+                w.read()
             x = make(t)
             prints = _fingerprint(x)
-            with torch.no_grad():
-                _reseed(t)
-                ref = output_tensors(inst.model(*clone_all(x)))
-            if ref is None:
-                raise _ProblemFault(f"{problem.label}: Model.forward returned no tensors")
-            # on the CPU, not next to the candidate's trial: one trial at a time on the device
-            ref = [t_.detach().to("cpu") for t_ in ref]
+            if entry is not None:
+                if prints != entry.input_prints[t]:
+                    raise _ProblemFault(f"trial {t}: get_inputs gave other inputs under the same seed than when the "
+                                        "reference ran (the problem's inputs must be reproducible from torch's seed)")
+                ref = entry.refs[t]
+            else:
+                with torch.no_grad():
+                    _reseed(t)
+                    ref = output_tensors(inst.model(*clone_all(x)))
+                if ref is None:
+                    raise _ProblemFault(f"{problem.label}: Model.forward returned no tensors")
+                ref = computed(ref)
             size = sum(v.numel() * v.element_size() for v in x if isinstance(v, torch.Tensor))
             trials.append(_Trial(t, distribution(t), make, ref, prints, kept=x if size <= KEEP_INPUTS_BYTES else None))
             del x
         timing = None
-        if job.get("timing", True):
+        if timing_on:
             # a second sample of the problem's inputs, which timing mixes with trial 0's (see _Fresh),
             # and the reference output for the last timed repetition's mix
             base = make_inputs(mod, inst.dtype, dev, SEED + 500)
-            final = _Fresh.mix(trials[0]["inputs"], base, FINAL_MIX)
-            with torch.no_grad():
-                _reseed(_FINAL_TRIAL)
-                final_ref = output_tensors(inst.model(*clone_all(final)))
-            timing = {"base": base, "final_ref": [t_.detach().to("cpu") for t_ in final_ref or []]}
+            if entry is not None:
+                final_ref = entry.final_ref
+            else:
+                final = _Fresh.mix(trials[0]["inputs"], base, FINAL_MIX)
+                with torch.no_grad():
+                    _reseed(_FINAL_TRIAL)
+                    final_ref = computed(output_tensors(inst.model(*clone_all(final))) or [])
+            timing = {"base": base, "final_ref": final_ref}
         _sync(dev)
+        if ref_prints is not None:
+            made = cache.put(key, [tr.ref for tr in trials], timing["final_ref"] if timing else None,
+                             [tr.prints for tr in trials], ref_prints, cap)
+            if made is not None:
+                w.send("reference", key, made.digest)  # before any candidate runs: the executor vouches for it
     except (_ProblemFault, _InfraFault):
         raise
     except Exception as exc:
@@ -399,11 +456,76 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
         if is_oom(exc):
             raise _InfraFault("oom", msg) from exc
         raise _ProblemFault(msg) from exc
+    info.update(reused=entry is not None, s=round(time.perf_counter() - t_ref, 3))
     state.update(ref_mod=mod, ref_model=inst.model, init=inst.init_inputs, dtype=inst.dtype,
                  atol=settings["atol"], rtol=settings["rtol"], trials=trials, mode=settings["mode"], timing=timing)
     d["tolerance"] = {"atol": settings["atol"], "rtol": settings["rtol"], "dtype": settings["dtype"]}
     d["mode"] = settings["mode"]
     d["small"] = bool(small)
+
+
+class _Cached:
+    """One problem's reference outputs (on the host), the prints of the inputs they were computed from,
+    and the prints of the outputs taken where they were computed (``digest``: their hash)."""
+
+    def __init__(self, refs: list, final_ref: list | None, input_prints: list, ref_prints: list) -> None:
+        from kernellab.problem import content_hash
+
+        self.refs, self.final_ref, self.input_prints, self.ref_prints = refs, final_ref, input_prints, ref_prints
+        self.digest = content_hash(repr((input_prints, ref_prints)))
+        self.nbytes = sum(t.numel() * t.element_size() for ts in refs + [final_ref or []] for t in ts)
+
+    def intact(self, dev: torch.device) -> bool:
+        """Whether the outputs still have the prints they were computed with (fingerprinted on ``dev``)."""
+        outs = self.refs + ([self.final_ref] if self.final_ref is not None else [])
+        return [_value_prints(ts, dev) for ts in outs] == self.ref_prints
+
+
+class _References:
+    """The worker's reference outputs by :func:`reference_key`, least recently used first out, at most
+    ``cap`` bytes on the host (the executor's share of the host's memory for this worker). The
+    reference of a problem is the same in every job of it (the same seeds, inputs checked by their
+    prints), so the forward passes and device-to-host copies are paid once per worker, not per job."""
+
+    def __init__(self) -> None:
+        import collections
+
+        self._entries: collections.OrderedDict[str, _Cached] = collections.OrderedDict()
+        self.hits = self.misses = 0
+
+    def take(self, key: str, digest: str | None) -> _Cached | None:
+        entry = self._entries.get(key)
+        if entry is None or digest is None or entry.digest != digest:
+            self.misses += 1
+            return None
+        self._entries.move_to_end(key)
+        self.hits += 1
+        return entry
+
+    def drop(self, key: str) -> None:
+        self._entries.pop(key, None)
+
+    def put(self, key: str, refs: list, final_ref: list | None, input_prints: list, ref_prints: list,
+            cap: int) -> _Cached | None:
+        entry = _Cached(refs, final_ref, input_prints, ref_prints)
+        self._entries.pop(key, None)
+        if entry.nbytes > cap:
+            return None
+        while self._entries and sum(e.nbytes for e in self._entries.values()) + entry.nbytes > cap:
+            self._entries.popitem(last=False)
+        self._entries[key] = entry
+        return entry
+
+    @property
+    def nbytes(self) -> int:
+        return sum(e.nbytes for e in self._entries.values())
+
+
+def _references(w: Any) -> _References:
+    cache = getattr(w, "references", None)
+    if cache is None:
+        cache = w.references = _References()
+    return cache
 
 
 def _baseline(w: Any, state: dict) -> dict:

@@ -170,3 +170,9 @@ def classify(exc: BaseException, phase: str) -> tuple[str, str, bool]:
 
 def format_exc(exc: BaseException) -> str:
     return truncate("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+
+def reference_key(problem_id: str, small: bool, trials: int, timing: bool) -> str:
+    """What a job's reference outputs depend on (beyond the worker's device and software): the key of
+    ``sandbox._job._References`` in a worker and of the digests the executor keeps per worker."""
+    return f"{problem_id}:{int(bool(small))}:{max(1, int(trials))}:{int(bool(timing))}"

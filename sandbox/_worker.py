@@ -18,6 +18,7 @@ announced last; the worker enforces nothing.
 from __future__ import annotations
 
 import faulthandler
+import functools
 import gc
 import importlib.util
 import os
@@ -66,6 +67,11 @@ class Worker:
             import triton  # noqa: F401  (imported before any candidate, so launches can be counted)
         except Exception:  # pragma: no cover
             pass
+        self.off_gpu_s = 0.0  # seconds of host-only compiles during which this worker held no read
+        self.reading = False
+        self.main_thread = threading.current_thread()
+        if self.device_kind == "cuda":
+            release_for_compiles(self)
         if self.device_kind != "cuda":
             from ._interp import apply_numpy_shim
 
@@ -78,7 +84,6 @@ class Worker:
         self.info = {"pid": os.getpid(), "home": str(self.home), "device": device_name(str(self.device)),
                      "versions": versions(), "kind": self.device_kind,
                      "gpu_total_bytes": getattr(self, "total_bytes", None), "warmup_s": getattr(self, "warmup_s", None)}
-        self.reading = False
         self.threads = set(threading.enumerate())
 
     # -- messaging ---------------------------------------------------------------------------
@@ -102,6 +107,29 @@ class Worker:
         if self.reading:
             self.reading = False
             self.send("unread")
+
+    def off_gpu(self, fn: Any) -> Any:
+        """``fn`` run without this worker's shared hold of the GPU, when it holds one: for host-only work
+        (a compiler) inside a job's GPU work. The device is synchronised first, so none of this worker's
+        queued kernels runs while a timing has the GPU; the hold is asked for again before ``fn``'s caller
+        goes on (to launch what was compiled). Other threads, and a worker holding the timing lock, keep
+        what they hold."""
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not self.reading or threading.current_thread() is not self.main_thread:
+                return fn(*args, **kwargs)
+            self.torch.cuda.synchronize()
+            self.unread()
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.off_gpu_s += time.perf_counter() - t0
+                self.read()
+
+        call._kernellab_off_gpu = True
+        return call
 
     def limit_gpu_memory(self, grant: int | None) -> None:
         """Cap this process's allocator at the bytes the executor admitted the job with (the whole
@@ -147,6 +175,42 @@ class Worker:
             self.send("result", result, restart)
             if restart:
                 return
+
+
+def release_for_compiles(worker: Worker) -> list[str]:
+    """Wrap the compilers a candidate's first call (or an Inductor module's load) runs on the host --
+    Triton's ``compile`` (``JITFunction`` binds ``triton.compiler.compile`` when it first runs; Inductor
+    calls ``triton.compile``) and CuPy's NVRTC compile -- in :meth:`Worker.off_gpu`: seconds of CPU work
+    during which a timing waiting for the GPU went on waiting (py-spy on a 4-job bench: one slot running,
+    three waiting for the lock). Returns the names wrapped. Inductor compiles in this process (one
+    compile thread, set in the worker's environment), so its compiles are seen here too."""
+    done = []
+    try:
+        import triton
+        import triton.compiler as tc
+        import triton.compiler.compiler as tcc
+    except Exception:  # pragma: no cover - no triton
+        return done
+    orig = tcc.compile
+    wrapped = worker.off_gpu(orig)
+    for mod in (tcc, tc, triton):
+        if getattr(mod, "compile", None) is orig:
+            mod.compile = wrapped
+            done.append(f"{mod.__name__}.compile")
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec("cupy") is not None:
+            from cupy.cuda import compiler as cc
+
+            for name in ("compile_using_nvrtc", "_compile_module_with_cache"):
+                f = getattr(cc, name, None)
+                if callable(f) and not getattr(f, "_kernellab_off_gpu", False):
+                    setattr(cc, name, worker.off_gpu(f))
+                    done.append(f"cupy.cuda.compiler.{name}")
+    except Exception:  # pragma: no cover - a broken CuPy install: its compiles keep the hold
+        pass
+    return done
 
 
 def _limit_memory() -> None:

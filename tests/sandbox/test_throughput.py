@@ -1,0 +1,161 @@
+"""The pipeline's throughput mechanisms on the CPU: reference outputs reused across jobs (and their
+integrity), compiles off the GPU's shared hold, the pool sized to the host."""
+
+from __future__ import annotations
+
+import textwrap
+import threading
+from pathlib import Path
+
+from kernellab.sandbox import EvalJob, LocalExecutor, evaluate
+from kernellab.sandbox._executor import host_workers_per_gpu, reference_cache_bytes
+from kernellab.sandbox._gpu import RWLock
+from kernellab.sandbox._worker import Worker
+
+from kernellab import Problem
+
+ADV = Path(__file__).resolve().parent / "adversarial"
+RELU = (ADV / "correct_torch.py").read_text()
+ZEROS = (ADV / "returns_zeros.py").read_text()
+
+# zeroes the reference outputs the worker keeps between jobs, and returns the right answer
+TAMPERS = textwrap.dedent('''
+    import gc
+    import torch
+
+    class ModelNew(torch.nn.Module):
+        def forward(self, x):
+            for o in gc.get_objects():
+                if type(o).__name__ == "_Cached":
+                    for ts in o.refs:
+                        for t in ts:
+                            t.zero_()
+            return torch.relu(x * 2.0) + 1.0
+''')
+
+
+def _problem(name: str = "reuse") -> Problem:
+    return Problem(name=name, source=textwrap.dedent('''
+        import torch
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                return torch.relu(x * 2.0) + 1.0
+        def get_inputs():
+            return [torch.randn(8, 127)]
+        def get_init_inputs():
+            return []
+    '''))
+
+
+def _ref(r: dict) -> dict:
+    return r["details"]["reference"]
+
+
+def test_reference_outputs_are_computed_once_per_worker_and_reused():
+    p = _problem()
+    ex = LocalExecutor(cpu_workers=1)
+    try:
+        first = evaluate(p, RELU, trials=2, timing=False, executor=ex)
+        second = evaluate(p, RELU, trials=2, timing=False, executor=ex)
+        assert first["status"] == second["status"] == "correct", (first["error_text"], second["error_text"])
+        assert _ref(first)["reused"] is False and _ref(second)["reused"] is True
+        # the check is not loosened: a wrong candidate judged on reused outputs is still wrong
+        zeros = evaluate(p, ZEROS, trials=2, timing=False, executor=ex)
+        assert _ref(zeros)["reused"] is True and zeros["status"] == "incorrect", zeros["error_text"]
+        # other trials: other outputs, computed anew
+        five = evaluate(p, RELU, trials=3, timing=False, executor=ex)
+        assert _ref(five)["reused"] is False and five["status"] == "correct"
+        # a re-timing (the printed number) computes its reference in its own job
+        retime = ex.submit(EvalJob(p, RELU, trials=2, timing=False, retime=True)).result()
+        assert retime["status"] == "correct" and _ref(retime)["reused"] is False
+    finally:
+        ex.shutdown()
+
+
+def test_reference_outputs_changed_by_a_candidate_are_not_reused():
+    p = _problem("tamper")
+    ex = LocalExecutor(cpu_workers=1)
+    try:
+        assert evaluate(p, RELU, trials=2, timing=False, executor=ex)["status"] == "correct"
+        bad = evaluate(p, TAMPERS, trials=2, timing=False, executor=ex)
+        # it zeroed the outputs its own trials were judged against: not correct
+        assert bad["status"] != "correct", bad
+        after = evaluate(p, RELU, trials=2, timing=False, executor=ex)
+        assert after["status"] == "correct", after["error_text"]
+        assert _ref(after).get("cache_changed") is True and _ref(after)["reused"] is False
+        again = evaluate(p, RELU, trials=2, timing=False, executor=ex)
+        assert _ref(again)["reused"] is True and again["status"] == "correct"
+    finally:
+        ex.shutdown()
+
+
+def test_no_reuse_without_a_cache_budget():
+    p = _problem("nocache")
+    ex = LocalExecutor(cpu_workers=1, ref_cache_bytes=0)
+    try:
+        rs = [evaluate(p, RELU, trials=2, timing=False, executor=ex) for _ in range(2)]
+        assert [_ref(r)["reused"] for r in rs] == [False, False]
+    finally:
+        ex.shutdown()
+
+
+def test_pool_is_sized_to_the_host_not_to_the_jobs():
+    assert host_workers_per_gpu(16, 1) == 8  # the H200 host: 16 cores, one GPU
+    assert host_workers_per_gpu(32, 2) == 8
+    assert host_workers_per_gpu(2, 1) == 1
+    assert reference_cache_bytes(8, total=128 << 30) == 4 << 30
+    assert reference_cache_bytes(1, total=1 << 40) == 8 << 30  # capped
+
+
+class _Holder:
+    """What Worker.off_gpu needs of a worker, with the executor's side played by a real RWLock."""
+
+    def __init__(self, lock: RWLock) -> None:
+        self.lock, self.reading, self.off_gpu_s = lock, False, 0.0
+        self.main_thread = threading.current_thread()
+        self.torch = type("T", (), {"cuda": type("C", (), {"synchronize": staticmethod(lambda: None)})})
+
+    def read(self) -> None:
+        self.lock.acquire_read()
+        self.reading = True
+
+    def unread(self) -> None:
+        self.reading = False
+        self.lock.release_read()
+
+
+def test_a_compile_gives_up_the_gpus_shared_hold_and_takes_it_back():
+    lock = RWLock()
+    w = _Holder(lock)
+    w.read()
+    timed = threading.Event()
+
+    def timing() -> None:  # another job's timing: the writer
+        with lock.write():
+            timed.set()
+
+    def compile_() -> str:
+        t = threading.Thread(target=timing)
+        t.start()
+        # the writer gets the GPU while the compile runs on the host
+        assert timed.wait(5), "the timing waited for the compile"
+        t.join(5)
+        return "binary"
+
+    assert Worker.off_gpu(w, compile_)() == "binary"
+    assert w.reading is True and lock.state == (1, False, 0)  # the hold is back for the launch
+    w.unread()
+    # a worker that holds no read (the timing's writer lock, or no GPU work) keeps what it holds
+    assert Worker.off_gpu(w, lambda: lock.state)() == (0, False, 0)
+
+
+def test_the_compile_hold_release_is_bounded_to_the_main_thread():
+    lock = RWLock()
+    w = _Holder(lock)
+    w.read()
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("state", Worker.off_gpu(w, lambda: lock.state)()))
+    t.start()
+    t.join(5)
+    assert out["state"] == (1, False, 0)  # a candidate's own thread does not drop the main thread's hold
+    w.unread()
