@@ -215,6 +215,9 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     device = config.device or env.default_device()
     own_executor = executor is None
     executor = executor or sandbox.LocalExecutor()
+    warm = getattr(executor, "warm", None)  # Executor.warm; a duck-typed executor may lack it
+    if warm is not None:
+        warm(device)  # the workers start while the campaign plans and codes
     ctx = _context(store, camp, config, problems, agents, executor, device, progress)
     if progress is not None:
         progress.update(campaign=camp["name"], problems_total=len(problems), budget_candidates=config.budget,
@@ -378,7 +381,14 @@ class _Steps:
         if remote is not None:  # a cluster: ncu runs on a worker's GPU, held there as a timing holds it
             rows = remote(problem, cand["source"], config=best.get("config") or None, small=small)
             return list(rows), getattr(rows, "reason", None)
-        # the GPU to itself, as a timing has it: no other job's trials run under the profiler
+        # the GPU to itself for the profiled forward, as a timing has it: no other job's trials run under
+        # the profiler's replays (the profiled process's start-up and warm-up share the GPU)
+        gated = getattr(self.executor, "profiling", None)
+        if gated is not None:
+            with gated(problem, small=small) as gate:
+                rows = sandbox.profile(problem, cand["source"], config=best.get("config") or None, small=small,
+                                       gpu=gate.gpu, gate=gate if gate.gpu is not None else None)
+            return list(rows), getattr(rows, "reason", None)
         exclusive = getattr(self.executor, "exclusive_gpu", None)
         with exclusive(problem, small=small) if exclusive else contextlib.nullcontext() as gpu:
             rows = sandbox.profile(problem, cand["source"], config=best.get("config") or None, small=small, gpu=gpu)

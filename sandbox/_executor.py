@@ -51,7 +51,7 @@ from ._env import protect_parent, worker_env
 from ._gpu import GIB, JOB_OVERHEAD, OOM_CLASSES, POISON_CAP, MemoryBudget, RWLock, TooBig, estimate, retry_admission
 from ._result import empty_result, infra_result, is_infra, reference_key, truncate
 
-__all__ = ["Limits", "EvalJob", "Executor", "LocalExecutor", "default_executor", "SandboxError"]
+__all__ = ["Limits", "EvalJob", "Executor", "LocalExecutor", "ProfileGate", "default_executor", "SandboxError"]
 
 
 class SandboxError(ValueError):
@@ -137,6 +137,10 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def shutdown(self, wait: bool = True) -> None:
         """Stop the workers; queued jobs not started get a ``crash`` result saying so."""
+
+    def warm(self, device: str | None = None) -> None:
+        """Start workers ahead of the first job, where the executor can (default: nothing to do)."""
+        return None
 
     def map(self, jobs: list[EvalJob]) -> list[dict]:
         futures = [self.submit(j) for j in jobs]
@@ -248,6 +252,38 @@ class _Worker:
         except Exception:
             pass
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+class ProfileGate:
+    """One profiling run's hold of its GPU: shared from the start (the profiled process loads and warms
+    up like a job's correctness work), :meth:`exclusive` around the profiled forward."""
+
+    def __init__(self, gpu: str | None, lock: RWLock | None) -> None:
+        self.gpu, self._lock, self._mode = gpu, lock, None
+        if lock is not None:
+            lock.acquire_read()
+            self._mode = "read"
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        if self._lock is None:
+            yield
+            return
+        if self._mode == "read":
+            self._lock.release_read()  # never wait for the writer lock while holding a read
+            self._mode = None
+        self._lock.acquire_write()
+        self._mode = "write"
+        try:
+            yield
+        finally:
+            self._lock.release_write()
+            self._mode = None
+
+    def close(self) -> None:
+        if self._mode == "read":
+            self._lock.release_read()
+        self._mode = None
 
 
 def host_workers_per_gpu(ncpu: int, ngpus: int) -> int:
@@ -480,6 +516,35 @@ class LocalExecutor(Executor):
         with budget.admitted(need, floor=floor) if budget is not None else contextlib.nullcontext():
             with self._gpu_locks[g].write():
                 yield g
+
+    @contextlib.contextmanager
+    def profiling(self, problem: Problem | None = None, small: bool = False, gpu: str | None = None):
+        """Hold a GPU for an Nsight Compute run as a job holds it: admitted for ``problem``'s footprint,
+        shared (its reader lock) while the profiled process starts and warms up, alone only for the
+        profiled forward (:meth:`ProfileGate.exclusive`, which ``sandbox.profile`` enters when its target
+        is warm). Yields a :class:`ProfileGate` (``gate.gpu`` None when no GPU is visible)."""
+        if not self._gpus:
+            yield ProfileGate(None, None)
+            return
+        g = gpu if gpu is not None else self._gpus[0]
+        if g not in self._gpu_locks:
+            raise SandboxError(f"GPU {g!r} is not one of this executor's ({', '.join(self._gpus)})")
+        budget = self._budgets.get(g)
+        need, floor = self._need(problem, small) if problem is not None else (None, None)
+        with budget.admitted(need, floor=floor) if budget is not None else contextlib.nullcontext():
+            gate = ProfileGate(g, self._gpu_locks[g])
+            try:
+                yield gate
+            finally:
+                gate.close()
+
+    def warm(self, device: str | None = None) -> None:
+        """Start ``device``'s workers now, without waiting for them (a campaign calls this as it starts,
+        so the pool's start-up overlaps its planning instead of delaying its first evaluation)."""
+        if self._closed:
+            return
+        kind = "cuda" if (device or ("cuda" if self._gpus else "cpu")).startswith("cuda") else "cpu"
+        self._ensure_slots(kind)
 
     # -- slots -----------------------------------------------------------------------------------
     def _ensure_slots(self, kind: str) -> None:

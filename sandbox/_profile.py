@@ -20,7 +20,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 from kernellab.problem import Problem
 
@@ -92,10 +94,13 @@ def _find_ncu(ncu: str | None) -> str | None:
 
 
 def profile(problem: Problem, source: str, config: dict | None = None, *, small: bool = False,
-            gpu: str | None = None, timeout: float = 600.0, ncu: str | None = None) -> ProfileResult:
+            gpu: str | None = None, timeout: float = 600.0, ncu: str | None = None, gate: Any = None) -> ProfileResult:
     """Profile one forward of the candidate with Nsight Compute; per-kernel rows
     ``(kernel, metric, value)`` plus derived ``achieved_bandwidth_tbs``, ``bandwidth_pct_of_ceiling``,
-    ``achieved_fp32_tflops``, ``fp32_pct_of_ceiling`` and ``top_stall_<k>_<reason>`` rows."""
+    ``achieved_fp32_tflops``, ``fp32_pct_of_ceiling`` and ``top_stall_<k>_<reason>`` rows.
+    ``gate`` (a :class:`~kernellab.sandbox._executor.ProfileGate`, shared when given): the target waits
+    for it before the profiled forward, which ``gate.exclusive()`` covers; without it the caller holds
+    the GPU alone for the whole run."""
     exe = _find_ncu(ncu)
     if exe is None:
         reason = "ncu (Nsight Compute) was not found on PATH"
@@ -114,6 +119,8 @@ def profile(problem: Problem, source: str, config: dict | None = None, *, small:
         (t / "job.pkl").write_bytes(pickle.dumps({"problem": problem, "source": source, "config": config,
                                                   "small": small}))
         extra = {"CUDA_VISIBLE_DEVICES": gpu or os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]}
+        if gate is not None:
+            extra["KERNELLAB_PROFILE_GATE"] = "1"
         env = worker_env(tmp, extra)
         env.pop("TRITON_INTERPRET", None)
         for _ in range(4):
@@ -122,7 +129,7 @@ def profile(problem: Problem, source: str, config: dict | None = None, *, small:
                    "--metrics", ",".join(metrics), "-f", "-o", str(rep),
                    sys.executable, "-m", "kernellab.sandbox._profile_target", str(t)]
             try:
-                run = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
+                run = _run_gated(cmd, t, env, timeout, gate)
             except subprocess.TimeoutExpired:
                 return ProfileResult(reason=f"ncu did not finish within {timeout:g} s", dropped=dropped)
             out = run.stdout + run.stderr
@@ -148,6 +155,45 @@ def profile(problem: Problem, source: str, config: dict | None = None, *, small:
         return ProfileResult(reason=f"no kernels in the ncu report: {(imp.stdout + imp.stderr)[-1500:]}",
                              dropped=dropped)
     return ProfileResult(rows, dropped=dropped)
+
+
+def _run_gated(cmd: list[str], jobdir: Path, env: dict, timeout: float, gate: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run`` of ncu; with a ``gate``, the GPU is held alone (``gate.exclusive()``) from the
+    target's "warm" file to its "done" file (or its end), and shared before and after."""
+    if gate is None:
+        return subprocess.run(cmd, cwd=jobdir, env=env, capture_output=True, text=True, timeout=timeout)
+    from ._profile_target import GATE_DONE, GATE_GO, GATE_READY
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=jobdir, env=env, stdout=out, stderr=err, text=True)
+        until = time.monotonic() + timeout
+        try:
+            while proc.poll() is None and not (jobdir / GATE_READY).exists():
+                _check_time(proc, cmd, until)
+                time.sleep(0.01)
+            if proc.poll() is None:
+                with gate.exclusive():
+                    (jobdir / GATE_GO).touch()
+                    while proc.poll() is None and not (jobdir / GATE_DONE).exists():
+                        _check_time(proc, cmd, until)
+                        time.sleep(0.01)
+            while proc.poll() is None:
+                _check_time(proc, cmd, until)
+                time.sleep(0.05)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
+
+
+def _check_time(proc: subprocess.Popen, cmd: list[str], until: float) -> None:
+    if time.monotonic() > until:
+        proc.kill()
+        proc.wait()
+        raise subprocess.TimeoutExpired(cmd, 0)
 
 
 def parse_raw_csv(text: str, metrics: dict[str, str]) -> list[tuple[str, str, float]]:

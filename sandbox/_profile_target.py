@@ -1,7 +1,10 @@
 """The process Nsight Compute profiles: ``python -m kernellab.sandbox._profile_target JOBDIR``.
 
 Builds the reference instance and the candidate (seeded alike), compiles with two warm-up calls,
-then runs exactly one forward between ``cudaProfilerStart`` and ``cudaProfilerStop``. Like a sandbox
+then runs exactly one forward between ``cudaProfilerStart`` and ``cudaProfilerStop``. With
+``KERNELLAB_PROFILE_GATE=1`` it waits before that forward until its parent has the GPU to itself
+(:class:`kernellab.sandbox._executor.ProfileGate`): start-up and warm-up share the GPU as correctness
+work does, only the profiled forward's replays hold it alone. Like a sandbox
 worker it first drops the capabilities that would let candidate code read other processes' memory
 and environment (``drop_inspect_caps``): profiling runs the candidate as evaluation does. Where the
 driver restricts performance counters to admin users (``NVreg_RestrictProfilingToAdminUsers=1``),
@@ -37,14 +40,36 @@ def main() -> None:
     apply_config(getattr(mod, "CONFIG", None), job.get("config"), getattr(mod, "SPACE", None))
     torch.manual_seed(SEED)
     model = apply_mode(mod.ModelNew(*inst.init_inputs).to(device=dev, dtype=inst.dtype), job["problem"].mode)
+    gated = os.environ.get("KERNELLAB_PROFILE_GATE") == "1"
     with torch.no_grad():
         for _ in range(2):
             model(*inst.inputs)
         torch.cuda.synchronize()
+        if gated:  # the warm-up shared the GPU; the profiled forward waits until the parent has it alone
+            _wait_for_gate(jobdir)
         torch.cuda.profiler.start()
         model(*inst.inputs)
         torch.cuda.synchronize()
         torch.cuda.profiler.stop()
+    if gated:
+        (jobdir / GATE_DONE).touch()
+
+
+# files in the job directory: the target says it is warm, the parent that the GPU is its alone, the
+# target that the profiled forward is over (ncu's own start-up and report writing need no GPU of ours)
+GATE_READY, GATE_GO, GATE_DONE = "gate-ready", "gate-go", "gate-done"
+GATE_WAIT_S = 900.0
+
+
+def _wait_for_gate(jobdir: Path) -> None:
+    import time
+
+    (jobdir / GATE_READY).touch()
+    until = time.monotonic() + GATE_WAIT_S
+    while not (jobdir / GATE_GO).exists():
+        if time.monotonic() > until:
+            raise SystemExit("kernellab profile target: the GPU was not handed over in time")
+        time.sleep(0.01)
 
 
 if __name__ == "__main__":

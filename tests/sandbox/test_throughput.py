@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 from kernellab.sandbox import EvalJob, LocalExecutor, evaluate
@@ -159,3 +160,36 @@ def test_the_compile_hold_release_is_bounded_to_the_main_thread():
     t.join(5)
     assert out["state"] == (1, False, 0)  # a candidate's own thread does not drop the main thread's hold
     w.unread()
+
+
+def test_profiling_holds_the_gpu_alone_only_for_the_profiled_forward(tmp_path):
+    import sys
+
+    from kernellab.sandbox._executor import ProfileGate
+    from kernellab.sandbox._profile import _run_gated
+    from kernellab.sandbox._profile_target import GATE_DONE, GATE_GO, GATE_READY
+
+    lock = RWLock()
+    gate = ProfileGate("0", lock)
+    assert lock.state == (1, False, 0)  # start-up and warm-up: shared, like a job's correctness work
+    seen = {}
+    # a stand-in for ncu + its target: warms up, waits for the GPU, profiles, finishes, then writes its report
+    script = (f"import pathlib, time; d = pathlib.Path({str(tmp_path)!r}); time.sleep(0.3); (d / {GATE_READY!r}).touch()\n"
+              f"while not (d / {GATE_GO!r}).exists(): time.sleep(0.01)\n"
+              f"time.sleep(0.3); (d / {GATE_DONE!r}).touch(); time.sleep(0.3); print('report')")
+
+    def watch() -> None:
+        for _ in range(150):
+            seen.setdefault(lock.state, time.monotonic())
+            time.sleep(0.01)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    run = _run_gated([sys.executable, "-c", script], tmp_path, {}, 30.0, gate)
+    t.join()
+    assert run.returncode == 0 and "report" in run.stdout
+    assert (0, True, 0) in seen  # alone for the profiled forward
+    assert seen[(1, False, 0)] < seen[(0, True, 0)]  # shared before it
+    assert lock.state == (0, False, 0)  # neither held after the forward: the report needs no GPU
+    gate.close()
+    assert lock.state == (0, False, 0)
