@@ -473,6 +473,7 @@ def test_a_failure_of_ours_while_measuring_the_baseline_hands_the_measuring_on()
         kind = "cuda"
         info = {"versions": {"torch": "x"}, "device": "H200"}
         conn = BrokenConn()
+        ref_digests: dict = {}
 
         def log_size(self):
             return 0

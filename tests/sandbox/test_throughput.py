@@ -193,3 +193,28 @@ def test_profiling_holds_the_gpu_alone_only_for_the_profiled_forward(tmp_path):
     assert lock.state == (0, False, 0)  # neither held after the forward: the report needs no GPU
     gate.close()
     assert lock.state == (0, False, 0)
+
+
+def test_rwlock_lets_readers_that_waited_go_before_the_next_writer():
+    lock = RWLock()
+    order: list[str] = []
+    lock.acquire_read()  # A: a trial in progress
+
+    def run(name: str, mode: str) -> threading.Thread:
+        def body() -> None:
+            with (lock.write() if mode == "w" else lock.read()):
+                order.append(name)
+                time.sleep(0.05)
+        t = threading.Thread(target=body)
+        t.start()
+        time.sleep(0.05)
+        return t
+
+    ts = [run("w1", "w"), run("r1", "r"), run("w2", "w"), run("r2", "r")]
+    assert order == []  # w1 waits for A; r1, w2, r2 wait behind w1
+    lock.release_read()
+    for t in ts:
+        t.join(5)
+    # the timings still have the GPU alone, one at a time, and the trials that waited go between them
+    assert order[0] == "w1" and set(order[1:3]) == {"r1", "r2"} and order[3] == "w2", order
+    assert lock.state == (0, False, 0)
