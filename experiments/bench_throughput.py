@@ -175,6 +175,19 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
     return p.stdout.strip()
 
 
+def _where() -> tuple[str, dict, int]:
+    """(device name, versions, GPUs visible), asked of a child process: CUDA initialised in this one would
+    hold a context's memory on the GPU through both sides."""
+    code = ("import json, torch; from kernellab import env; "
+            "print(json.dumps([env.device_name(), env.versions(), torch.cuda.device_count() if env.has_cuda() else 0]))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+    if p.returncode != 0:
+        raise ThroughputError(f"cannot read the device and versions: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+    name, versions, gpus = json.loads(p.stdout.strip().splitlines()[-1])
+    return name, versions, int(gpus)
+
+
 def _commit_of_tree() -> str:
     from kernellab import env
 
@@ -422,15 +435,10 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
             print(f"{r['family']:<16} level{r['level']} {r['name']:<60} {_f(r['reference_gb'], '{:.2f}')} GB")
         return 0
     chosen = pick(suite, args.problems, [o.strip() for o in args.only.split(",") if o.strip()] if args.only else None)
-    import torch
-
-    from kernellab import env
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    device, versions, gpus = _where()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.timezone.utc)
-    device = env.device_name()
     stem = f"{stamp.strftime('%Y-%m-%d')}-{re.sub(r'[^a-z0-9]+', '-', device.lower()).strip('-')[:24]}-throughput"
     work = Path(tempfile.mkdtemp(prefix="kernellab-throughput-"))
     base_tree = None
@@ -451,7 +459,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
             failed |= results[label]["failed"]
             results[label]["db_gz"] = str(gzip_db(Path(results[label]["db"]), out / f"{stem}-{label}.db.gz"))
         res = {"date": stamp.isoformat(timespec="seconds"), "device": device, "gpus": gpus,
-               "interpreted": gpus == 0, "versions": env.versions(), "commit": trees["new"][1],
+               "interpreted": gpus == 0, "versions": versions, "commit": trees["new"][1],
                "command": "python experiments/bench_throughput.py " + " ".join(shlex.quote(a) for a in argv),
                "order": sides, "budget": args.budget, "jobs": args.jobs, "side_limit_s": args.side_limit_s,
                "small": args.small, "max_ref_gb": args.max_ref_gb, "quota": QUOTA, "suite": suite,
