@@ -1,4 +1,4 @@
-"""Stopping on SIGINT or SIGTERM within seconds, every finished evaluation saved (DESIGN.md, "Throughput").
+"""Stopping on SIGINT or SIGTERM within 10 s, every finished evaluation saved, no campaign left running.
 
 The pieces, each used where the work is:
 

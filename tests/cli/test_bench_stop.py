@@ -1,5 +1,5 @@
 """A real `kernellab bench --jobs 4` told to stop by SIGINT or SIGTERM while its four campaigns run: it exits
-within 10 s (DESIGN.md, "Throughput"), every evaluation finished before the signal is in the database, no campaign
+within 10 s (the design's throughput contract), every evaluation finished before the signal is in the database, no campaign
 is left `running`, no job its stop killed is recorded as a candidate's verdict, and the same command then
 finishes the suite, resuming the stopped campaigns."""
 
