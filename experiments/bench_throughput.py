@@ -397,8 +397,7 @@ def markdown(res: dict) -> str:
 
 # -- main -------------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="See the module docstring (the suite's rule, what the page holds).")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernelbench", default=str(DEFAULT_KB), help="KernelBench's folder (level1/, level2/) "
                     "[$KERNELBENCH_DIR or ../shared/kernelbench]")
     ap.add_argument("--base", default=DEFAULT_BASE, help="The base side's commit, checked out with git worktree [b1be0da]")
@@ -411,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, metavar="A,B", help="These problems of the suite (file stems)")
     ap.add_argument("--max-ref-gb", type=float, default=16.0, help="Leave out problems whose reference needs more [16]")
     ap.add_argument("--small", action="store_true", help="SMALL sizes (a CPU run of the pipeline: tests)")
-    ap.add_argument("--bench-args", default="", metavar="'ARGS'", help="More options for each side's bench, e.g. '--trials 2'")
+    ap.add_argument("--bench-args", default="", metavar="'ARGS'", help="More options for each side's bench, e.g. --bench-args='--trials 2'")
     ap.add_argument("--out", default=str(RESULTS), help="Where the page and the gzipped databases go [experiments/results]")
     ap.add_argument("--list", action="store_true", help="Print the suite (family, level, name, reference GB) and stop")
     args = ap.parse_args(argv)
