@@ -27,13 +27,15 @@ import math
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kernellab import env
-from kernellab.campaign import CampaignConfig, check_campaign, run_campaign, start_campaign
+from kernellab import _interrupt, env
+from kernellab._busy import BusySampler
+from kernellab.campaign import CampaignConfig, check_campaign, mark_stopped, run_campaign, start_campaign
 from kernellab.fileio import write_atomic
 from kernellab.problem import Problem, load_problem
 from kernellab.sandbox import KERNEL_WIN_SHARE
@@ -338,13 +340,6 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     lock = threading.Lock()
     say = log or (lambda msg: None)
 
-    def write() -> dict:
-        with lock:
-            result = _result(suite, reader.all(), date=stamp.isoformat(timespec="seconds"), device=env.device_name(device),
-                             cfg=cfg, chash=chash, allow_library=allow_library, shard=shard, dbs=[str(store.path)])
-            _write(result, jpath, mpath)
-            return result
-
     todo, skipped, resumed = _plan(reader, problems, mine)
     if todo:  # options, policy and LLM backend checked once, before anything is written
         check_campaign(CampaignConfig(problems=[str(paths[todo[0][0]])], **config_kw), store=store)
@@ -355,17 +350,36 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     # re-timings and evaluations share it, and memory admission keeps large problems within the card.
     make = executor_factory or sandbox.LocalExecutor
     executor = make() if todo else None  # before any file: a cluster that fails writes nothing
+    # a signal's stop shuts it down (workers killed); the campaigns see the stop through the guard
+    guarded = _interrupt.Guarded(executor) if executor is not None else None
+    gpus = _gpus_used(device, executor_factory is not None)
+    pace = _Pace(store, gpus, sampler=BusySampler(devices=None if gpus else []))
+    ids = {cid for _, cid in todo if cid is not None}  # this call's campaigns: marked stopped on a stop
+    pace.count_before(ids)
 
     counter = {"done": skipped}
+
+    def write() -> dict:
+        with lock:
+            result = _result(suite, reader.all(), date=stamp.isoformat(timespec="seconds"), device=env.device_name(device),
+                             cfg=cfg, chash=chash, allow_library=allow_library, shard=shard, dbs=[str(store.path)])
+            result["pace"] = pace.snapshot(counter["done"] - skipped, ids)
+            _write(result, jpath, mpath)
+            return result
+
     write()  # the files exist from the start and say how much of the suite is finished
 
     def one(i: int, resume: str | None) -> None:
+        if guarded is not None and _interrupt.stopping(guarded.event):
+            return
         prob = problems[i]
         if resume is None:
             resume = _start(store, suite, prob, paths[i], config_kw, chash, stamp, tag)
+            with lock:
+                ids.add(resume)
         if progress is not None:
             progress.update(problem=prob.name)
-        _run_one(store, resume, progress, executor)
+        _run_one(store, resume, progress, guarded)
         result = write()
         verdict = _verdict(next(r for r in result["problems"] if r["problem_id"] == prob.id))
         with lock:
@@ -373,18 +387,105 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
             n_done = counter["done"]
         say(f"bench: {n_done}/{len(mine)} done, {skipped} skipped as finished"
             f"{f', {resumed} resumed' if resumed else ''}: {prob.name} {verdict}")
+        say(pace_line(result["pace"]))
 
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            for fut in [pool.submit(one, i, r) for i, r in todo]:
+    # not `with ThreadPoolExecutor`: its exit waits for every campaign to end, which held a Ctrl-C for minutes
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="kernellab-bench")
+    futs: list = []
+    with pace.sampler:
+        try:
+            futs += [pool.submit(one, i, r) for i, r in todo]
+            for fut in futs:
                 fut.result()
-    finally:
-        if executor is not None:
-            executor.shutdown()
+        except BaseException:  # Ctrl-C, SIGTERM (the CLI's handler), or a bug: stop everything, save, go
+            with _interrupt.deferred():
+                _stop_bench(guarded, pool, futs, store, ids, lock, write, say)
+            raise
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+            if executor is not None:
+                executor.shutdown(wait=not (guarded is not None and guarded.event.is_set()))
     result = write()
     say(f"bench: {counter['done']}/{len(mine)} done, {skipped} skipped as finished; "
         f"{result['problems_finished']} of {result['problems_total']} problems of the suite finished")
+    say(pace_line(result["pace"]))
     return result, jpath, mpath
+
+
+def _stop_bench(guarded: Any, pool: Any, futs: list, store: Any, ids: set[str], lock: Any, write: Callable[[], dict],
+                say: Callable[[str], None]) -> None:
+    """Stop a bench within seconds: give the stop (the campaigns' sandbox futures raise ``Stopped``, the
+    workers are killed), start no queued campaign, give the campaign threads ``WAIT_S`` to mark their
+    campaigns stopped, mark the rest (a thread busy where no stop reaches, e.g. an LLM call), save the page."""
+    from concurrent.futures import wait
+
+    t0 = time.monotonic()
+    if guarded is not None:
+        guarded.stop()
+    pool.shutdown(wait=False, cancel_futures=True)
+    _, left = wait(futs, timeout=_interrupt.WAIT_S)
+    with lock:
+        ids = set(ids)
+    marked = mark_stopped(store, sorted(ids), "stopped by an interrupt (SIGINT or SIGTERM) before its thread ended")
+    write()
+    say(f"bench: stopped in {time.monotonic() - t0:.1f} s ({len(left)} campaign thread(s) still busy; "
+        f"{len(marked)} campaign(s) marked stopped for them); the same command resumes the unfinished problems")
+
+
+def _gpus_used(device: str, remote: bool) -> int | None:
+    """GPUs a local bench evaluates on (those visible to its executor); 0 on the CPU; None for a cluster,
+    whose GPUs are not this host's."""
+    if remote:
+        return None
+    if not str(device).startswith("cuda"):
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
+class _Pace:
+    """A bench call's pace: wall time, problems finished by this call per hour, the evaluations this call
+    made (reused copies left out: they cost no device time), per hour and per GPU-hour (wall hours x GPUs
+    used), and the GPU busy share from the sampler (None without NVML)."""
+
+    def __init__(self, store: Any, gpus: int | None, sampler: BusySampler):
+        self.store, self.gpus, self.sampler = store, gpus, sampler
+        self.t0 = time.monotonic()
+        self.before: dict[str, int] = {}
+
+    def _count(self, cid: str) -> int:
+        return sum(1 for e in self.store.evaluations(campaign_id=cid)
+                   if not (e.get("details") or {}).get("reused_from"))
+
+    def count_before(self, ids: set[str]) -> None:
+        """What the resumed campaigns had evaluated before this call."""
+        self.before = {cid: self._count(cid) for cid in ids}
+
+    def snapshot(self, problems_done: int, ids: set[str]) -> dict:
+        wall = time.monotonic() - self.t0
+        evals = sum(self._count(cid) - self.before.get(cid, 0) for cid in list(ids))
+        hours = wall / 3600
+        gpu_hours = hours * self.gpus if self.gpus else None
+        busy = self.sampler.summary()
+        return {"wall_s": round(wall, 1), "problems_done": problems_done,
+                "problems_per_hour": round(problems_done / hours, 2) if hours > 0 else None,
+                "evaluations": evals, "evaluations_per_hour": round(evals / hours, 1) if hours > 0 else None,
+                "gpus": self.gpus, "gpu_hours": round(gpu_hours, 4) if gpu_hours else None,
+                "evaluations_per_gpu_hour": round(evals / gpu_hours, 1) if gpu_hours else None,
+                "gpu_busy_share": busy["busy_share"], "gpu_util_mean": busy["mean_util"],
+                "gpu_samples": busy["samples"], "gpu_sampler": busy["error"]}
+
+
+def pace_line(p: dict) -> str:
+    """The pace as one line of the bench's output; the GPU's share only where NVML sampled it."""
+    per = (f"{p['evaluations_per_gpu_hour']:.0f} per GPU-hour" if p.get("evaluations_per_gpu_hour") is not None
+           else f"{p['evaluations_per_hour'] or 0:.0f} per hour")
+    line = (f"bench: pace: {p['problems_done']} problems in {p['wall_s']:.0f} s "
+            f"({p['problems_per_hour'] or 0:.1f} problems/hour), {p['evaluations']} evaluations ({per})")
+    if p.get("gpu_busy_share") is not None:
+        line += f", GPU busy {p['gpu_busy_share']:.0%} of samples (mean utilization {p['gpu_util_mean']:.0f}%)"
+    return line
 
 
 def bench_summary(suite: str, stores: Sequence[Any], config_kw: dict, name: str | None = None,
@@ -460,7 +561,7 @@ def _x(v: float | None) -> str:
 
 def to_markdown(result: dict) -> str:
     share = result.get("kernel_share_min", KERNEL_SHARE_MIN)
-    lines = _md_header(result) + _md_summary(result, share)
+    lines = _md_header(result) + _md_pace(result) + _md_summary(result, share)
     lines += ["## Problems", "",
               "| problem | correct | best ms (p20–p80) | eager ms | compile ms | vs eager | vs compile | evals to best | s to best | winning actions |",
               "|---|---|---|---|---|---|---|---|---|---|"]
@@ -498,6 +599,20 @@ def _md_header(result: dict) -> list[str]:
               + ("" if finished == total else " Every fraction below is over all "
                  f"{total} problems: an unfinished problem counts as not correct and not fast."), ""]
     return lines
+
+
+def _md_pace(result: dict) -> list[str]:
+    """The call's pace (a page scored from databases, ``bench --summary-only``, ran nothing: no pace)."""
+    p = result.get("pace")
+    if not p:
+        return []
+    f = lambda v, fmt="{:.1f}": "-" if v is None else fmt.format(v)  # noqa: E731
+    return ["## Pace of this call", "",
+            "| wall s | problems done | problems/hour | evaluations | evaluations/GPU-hour | GPUs | GPU busy share | "
+            "mean GPU utilization % |", "|---|---|---|---|---|---|---|---|",
+            f"| {f(p['wall_s'])} | {p['problems_done']} | {f(p['problems_per_hour'])} | {p['evaluations']} | "
+            f"{f(p['evaluations_per_gpu_hour'])} | {'-' if p['gpus'] is None else p['gpus']} | "
+            f"{f(p['gpu_busy_share'], '{:.2f}')} | {f(p['gpu_util_mean'])} |", ""]
 
 
 def _md_summary(result: dict, share: float) -> list[str]:
@@ -549,4 +664,4 @@ def config_kwargs(**opts: Any) -> dict:
 
 
 __all__ = ["run_bench", "bench_summary", "suite_paths", "parse_shard", "shard_indices", "bench_config", "config_hash",
-           "summarize", "to_markdown", "problem_row", "BenchError", "KERNEL_SHARE_MIN"]
+           "summarize", "to_markdown", "problem_row", "pace_line", "BenchError", "KERNEL_SHARE_MIN"]

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernellab import env
+from kernellab import _interrupt, env
 from kernellab.problem import Problem, load_problem
 from kernellab.small import small_overrides
 from kernellab.vocab import DEFAULT_OBJECTIVE, OBJECTIVES, Kind
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CampaignConfig", "TUNE_TRIALS_MIN", "TUNE_TRIALS_MAX", "check_campaign", "start_campaign", "run_campaign",
            "resume_campaign", "CampaignError", "CampaignBusy", "campaign_lock", "retime_winners", "run", "step_times",
-           "step_times_line", "format_step_times"]
+           "step_times_line", "format_step_times", "mark_stopped", "mark_stopped_here"]
 
 
 class CampaignError(RuntimeError):
@@ -214,7 +214,9 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     agents = agents if agents is not None else make_agents(config, store, camp["id"])
     device = config.device or env.default_device()
     own_executor = executor is None
-    executor = executor or sandbox.LocalExecutor()
+    executor = executor or _interrupt.watch(sandbox.LocalExecutor())
+    # after a SIGINT/SIGTERM the killed workers' results raise Stopped, never recorded as verdicts
+    executor = _interrupt.guard(executor)
     warm = getattr(executor, "warm", None)  # Executor.warm; a duck-typed executor may lack it
     if warm is not None:
         warm(device)  # the workers start while the campaign plans and codes
@@ -222,6 +224,7 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     if progress is not None:
         progress.update(campaign=camp["name"], problems_total=len(problems), budget_candidates=config.budget,
                         budget_wall_s=config.time_budget_s, budget_usd=config.usd_budget)
+    _running_here(store, camp["id"], True)
     store.update_campaign(camp["id"], status="running")
     store.add_event(camp["id"], "session", {"started": True, "pid": os.getpid()})
     conn = sqlite3.connect(store.path, check_same_thread=False, timeout=60)
@@ -244,6 +247,7 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
         store.add_event(camp["id"], "session", {"stopped": f"{type(exc).__name__}: {exc}"[:500]})
         raise
     finally:
+        _running_here(store, camp["id"], False)
         conn.close()
         if own_executor:
             # on Ctrl-C or an error kill the workers at once: a finished evaluation is already in the store,
@@ -251,6 +255,46 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
             # worker thread)
             executor.shutdown(wait=not failed)
     return store.summary(camp["id"])
+
+
+# (store, campaign id) of the campaigns this process is running now: what a stop marks `stopped` when their
+# threads cannot (kernellab._interrupt's watchdog, a bench's main thread)
+_RUNNING: dict[tuple[int, str], tuple[Any, str]] = {}
+_RUNNING_LOCK = threading.Lock()
+
+
+def _running_here(store: Any, campaign_id: str, on: bool) -> None:
+    with _RUNNING_LOCK:
+        if on:
+            _RUNNING[(id(store), campaign_id)] = (store, campaign_id)
+        else:
+            _RUNNING.pop((id(store), campaign_id), None)
+
+
+def mark_stopped(store: Any, campaign_ids: Any, reason: str) -> list[str]:
+    """Mark those of ``campaign_ids`` still ``running`` as ``stopped`` (resumable), with a ``session`` event
+    saying why; returns their names. For campaigns whose own thread did not get to it before the process ends."""
+    out = []
+    for cid in campaign_ids:
+        camp = store.get_campaign(cid)
+        if camp is not None and camp["status"] == "running":
+            store.update_campaign(cid, status="stopped")
+            store.add_event(cid, "session", {"stopped": reason[:500], "marked_by": "stop"})
+            out.append(camp["name"])
+    return out
+
+
+def mark_stopped_here(reason: str) -> list[str]:
+    """:func:`mark_stopped` over every campaign this process is running now."""
+    with _RUNNING_LOCK:
+        held = list(_RUNNING.values())
+    out = []
+    for store, cid in held:
+        try:
+            out += mark_stopped(store, [cid], reason)
+        except Exception:  # a store that fails here must not keep the others running
+            pass
+    return out
 
 
 def _invoke(graph: Any, ctx: Context, campaign_id: str, problem_ids: list[str], progress: Any) -> None:
@@ -321,7 +365,7 @@ class _Steps:
         Only with the local executor, whose workers run this host's device and software."""
         from kernellab import sandbox, search
 
-        if not self.config.reuse or not isinstance(self.executor, sandbox.LocalExecutor):
+        if not self.config.reuse or not isinstance(_interrupt.unwrap(self.executor), sandbox.LocalExecutor):
             return None
         known = search.find_reusable(self.store, problem.id, cand["source"], device=env.device_name(self.device),
                                      versions=env.versions(self.device), job=self._settings(problem),
@@ -571,7 +615,7 @@ def retime_winners(store: Any, campaign: str, *, executor: Any = None, problem: 
     from kernellab import sandbox
 
     own = executor is None
-    executor = executor or sandbox.LocalExecutor()
+    executor = _interrupt.guard(executor or _interrupt.watch(sandbox.LocalExecutor()))
     try:
         return _retime(store, camp, config, problems, executor, config.device or env.default_device(),
                        force=force, attempts=attempts)

@@ -71,8 +71,12 @@ def main() -> None:
     Every speedup it prints was confirmed by its sandbox: correct on fresh inputs, integrity
     checks passed, timed against eager and torch.compile on the same device. On a machine with
     no CUDA device, kernels run in the Triton interpreter on SMALL sizes, and timings are marked
-    `interpreted`, never reported as speedups.
+    `interpreted`, never reported as speedups. SIGINT or SIGTERM stops any command within 10 s,
+    finished evaluations saved and campaigns marked stopped (resumable); exit code 1.
     """
+    from ._interrupt import install
+
+    install()  # SIGTERM like Ctrl-C; the stop kills sandbox workers and is bounded by a watchdog
 
 
 # ------------------------------------------------------------------------------------------------
@@ -247,6 +251,8 @@ def _interruptible(fn: Callable[[], dict], store: Any, campaign_id: str, progres
     """Run a campaign; a Ctrl-C or an LLM stop (budget spent, service unavailable, replay miss) leaves
     it saved and resumable, and says how to go on (after the live panel is closed, which would
     otherwise draw over the message)."""
+    from ._interrupt import exit_now
+
     try:
         return fn()
     except KeyboardInterrupt:
@@ -254,7 +260,7 @@ def _interruptible(fn: Callable[[], dict], store: Any, campaign_id: str, progres
             progress.close()
         name = store.get_campaign(campaign_id)["name"]
         click.echo(f"kernellab: interrupted; the campaign is saved: `kernellab resume {name}`", err=True)
-        sys.exit(EXIT_FAILED)
+        exit_now(EXIT_FAILED)
     except Exception as exc:
         if type(exc).__name__ not in ("BudgetExceeded", "LLMUnavailable", "ReplayMiss", "SandboxUnavailable"):
             raise
@@ -506,6 +512,12 @@ def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None
                                                  executor_factory=factory)
     except (FileNotFoundError, CampaignError, BenchError) as exc:
         raise UsageFailure(str(exc)) from None
+    except KeyboardInterrupt:  # run_bench saved the page and marked its campaigns stopped
+        from ._interrupt import exit_now
+
+        click.echo("kernellab: interrupted; finished evaluations are saved, the unfinished campaigns marked stopped: "
+                   "the same command resumes them", err=True)
+        exit_now(EXIT_FAILED)
     if as_json:
         click.echo(json.dumps({**result, "files": [str(jpath), str(mpath)]}, indent=2, default=str))
     else:
@@ -562,8 +574,10 @@ def study(suite: str, agents: str | None, seeds: int, name: str | None, jobs: in
     except (FileNotFoundError, CampaignError, BenchError, StudyError) as exc:
         raise UsageFailure(str(exc)) from None
     except KeyboardInterrupt:
+        from ._interrupt import exit_now
+
         click.echo("kernellab: interrupted; the same command continues the study where it stopped", err=True)
-        sys.exit(EXIT_FAILED)
+        exit_now(EXIT_FAILED)
 
     def render(r: dict) -> None:
         for c in r["cells"]:
@@ -672,8 +686,10 @@ def optimize(model: str, inputs: str | None, budget: int, time_budget_s: float |
     except (opt.OptimizeError, CampaignError) as exc:
         raise UsageFailure(str(exc)) from None
     except KeyboardInterrupt:
+        from ._interrupt import exit_now
+
         click.echo(f"kernellab: interrupted; rerun the same command with --db {db} to go on", err=True)
-        sys.exit(EXIT_FAILED)
+        exit_now(EXIT_FAILED)
     result.pop("model")
     emit(result, as_json, opt.print_result)
     kernels = any(r["patched"] for r in result["problems"])

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU tests and the GPU benchmarks in one call, on a CUDA host (e.g. the H200 behind the `device`
 # tool). Usage: scripts/gpu_check.sh [STEP...]   STEPs: env tests (= tests-par, then tests-bigmem) tests-slow eager sandbox gemm tuning builtin scaleout
-# bench:SUITE study:SUITE campaign:FILE optimize (default: env tests). Logs and results go to $OUT (default ./gpu-out); result files
+# bench:SUITE study:SUITE campaign:FILE optimize throughput (default: env tests). Logs and results go to $OUT (default ./gpu-out); result files
 # are also written under experiments/results/.
 #
 # The GPU host is offline and lacks langgraph/optuna/sqlite-utils/anthropic: their wheels travel in
@@ -133,6 +133,10 @@ for step in "${steps[@]}"; do
       keep=(); [ -n "${OPTIMIZE_KEEP:-}" ] && keep=(--keep "$OPTIMIZE_KEEP")
       $PY experiments/bench_optimize.py --db "${OPTIMIZE_DB:-/tmp/kernellab-optimize.db}" --out-dir "$OUT" "${keep[@]}" \
         ${OPTIMIZE_ARGS:-} 2>&1 | tee "$OUT/optimize.log" ;;
+    throughput) # experiments/bench_throughput.py: this tree against a base commit, side by side, one after the other;
+      # THROUGHPUT_ARGS e.g. "--problems 6 --side-limit-s 240" (both sides within the call) or "--sides new"; KernelBench
+      # from KERNELBENCH_DIR (the carried .kb). The page and both sides' gzipped databases go to $OUT
+      $PY experiments/bench_throughput.py --out "$OUT" ${THROUGHPUT_ARGS:-} 2>&1 | tee "$OUT/throughput.log" ;;
     scaleout) # one GPU vs all with the local executor vs a Dask cluster (needs dask/distributed wheels in .whl)
       $PY experiments/bench_scaleout.py ${SCALEOUT_ARGS:-} 2>&1 | tee "$OUT/scaleout.log" ;;
     *) echo "unknown step $step"; rc=2 ;;

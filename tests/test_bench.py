@@ -65,6 +65,13 @@ def test_bench_cli_on_cpu(tmp_path: Path) -> None:
     files = sorted(out.iterdir())
     assert [f.suffix for f in files] == [".json", ".md"]
     assert json.loads(files[0].read_text())["summary"] == result["summary"]
+    # the pace of the call: on the page, and a line as each problem ends (no GPU here: nothing said of one)
+    pace = result["pace"]
+    assert pace["problems_done"] == n and pace["wall_s"] > 0 and pace["problems_per_hour"] > 0
+    assert pace["evaluations"] >= sum(p["evaluations"] for p in result["problems"])
+    assert pace["gpus"] == 0 and pace["evaluations_per_gpu_hour"] is None and pace["gpu_busy_share"] is None
+    assert r.stderr.count("bench: pace: ") == n + 1 and "GPU busy" not in r.stderr, r.stderr[-2000:]
+    assert "## Pace of this call" in files[1].read_text()
 
 
 # -- whole-suite scoring, kernel wins, incremental and sharded runs -----------------------------------------

@@ -55,3 +55,44 @@ def test_bench_optimize_writes_after_each_model_and_keeps_an_earlier_calls(tmp_p
     res = json.loads(first.read_text())
     assert [m["name"] for m in res["models"]] == ["small_model", "no_such_model"]
     assert res["models"][0] == small and res["summary"]["correct"] == 1
+
+
+def test_bench_throughput_side_by_side_on_tiny_problems(tmp_path: Path) -> None:
+    # a KernelBench-like folder of two tiny problems (SMALL sizes), named so that the suite's rule puts them in
+    # two families; both sides are this tree's HEAD, so their verdicts must agree
+    kb = tmp_path / "kb"
+    (kb / "level1").mkdir(parents=True)
+    (kb / "level2").mkdir()
+    shutil.copy(ROOT / "experiments" / "problems" / "ops" / "softmax.py", kb / "level1" / "23_Softmax.py")
+    shutil.copy(ROOT / "experiments" / "problems" / "fusions" / "gemm_bias_gelu.py", kb / "level2" / "76_Gemm_Add_ReLU.py")
+    out = tmp_path / "out"
+    p = run("experiments/bench_throughput.py", "--kernelbench", str(kb), "--base", "HEAD", "--small", "--budget", "2",
+            "--jobs", "2", "--bench-args", "--trials 2 --width 2", "--side-limit-s", "400", "--out", str(out))
+    assert p.returncode == 0, p.stderr[-3000:]
+    (page,) = out.glob("*-throughput.json")
+    res = json.loads(page.read_text())
+    assert [r["family"] for r in res["suite"]] == ["gemm_epilogue", "reduction_norm"]
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    assert res["order"] == ["base", "new"] and res["sides"]["base"]["commit"] == head and res["interpreted"]
+    for side in res["sides"].values():
+        assert side["problems_finished"] == 2 and side["stopped"] is None and side["wall_s"] > 0
+        assert side["problems_per_hour"] > 0 and side["evaluations"] >= 2
+        assert side["evaluations_per_gpu_hour"] is None and side["gpu_busy_share"] is None  # no GPU, no NVML
+        assert side["phase_s"].get("load", 0) > 0 and "admission_wait_s" in side
+    assert res["comparison"]["problems_per_hour_ratio"] > 0
+    rows = {r["problem"]: r for r in res["comparison"]["rows"]}
+    assert set(rows) == {"23_Softmax", "76_Gemm_Add_ReLU"} and all(r["agree"] for r in rows.values())
+    assert all(r["new"]["correct"] and r["new"]["origin"] for r in rows.values())
+    md = page.with_suffix(".md").read_text()
+    assert "Problems per hour, new / base" in md and "| load |" in md
+    import gzip
+    import sqlite3
+
+    for label in ("base", "new"):
+        raw = gzip.decompress((out / f"{page.stem}-{label}.db.gz").read_bytes())
+        (tmp_path / f"{label}.db").write_bytes(raw)
+        with sqlite3.connect(tmp_path / f"{label}.db") as c:
+            assert c.execute("select count(*) from campaigns where status = 'done'").fetchone()[0] == 2
+    worktrees = subprocess.run(["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True).stdout
+    assert "kernellab-throughput-" not in worktrees  # the base's checkout is gone
