@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernellab import env
-from kernellab.problem import Problem, load_problem
-from kernellab.small import small_overrides
+from kernellab.problem import Problem, ProblemError, load_problem
+from kernellab.small import instance_sizes, small_fault, small_overrides
 from kernellab.vocab import DEFAULT_OBJECTIVE, OBJECTIVES, Kind
 
 if TYPE_CHECKING:
@@ -88,6 +88,8 @@ class CampaignConfig:
             raise CampaignError("--budget must be at least 1")
         if self.width < 1:
             raise CampaignError("--width must be at least 1")
+        if self.trials < 1:
+            raise CampaignError(f"--trials must be at least 1 (correctness trials per evaluation), got {self.trials}")
         if self.tune_trials is not None and self.tune_trials < 0:
             raise CampaignError(f"--tune-trials must be >= 0 (0: no tuning), got {self.tune_trials}")
         if self.objective not in OBJECTIVES:
@@ -139,6 +141,9 @@ def check_campaign(config: CampaignConfig, store: Any = None, agents: Any = None
         # refused in seconds, never run for minutes at full size in the interpreter
         for p in problems:
             small_overrides(p)
+            why = small_fault(p, config.trials)  # the sandbox would refuse every candidate: say so now
+            if why:
+                raise ProblemError(f"{p.label}: {why} ({instance_sizes(p, True)['text']})")
     _check_policy(config.policy)
     if config.llm != "builtin":
         from kernellab.agents.llm import PreflightError
@@ -219,6 +224,9 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     if progress is not None:
         progress.update(campaign=camp["name"], problems_total=len(problems), budget_candidates=config.budget,
                         budget_wall_s=config.time_budget_s, budget_usd=config.usd_budget)
+        small = config.small if config.small is not None else device != "cuda"
+        for p in problems.values():  # the sizes judged, before anything is: a wrong instance is seen at once
+            progress.note(f"{p.name}: {instance_sizes(p, small)['text']}")
     store.update_campaign(camp["id"], status="running")
     store.add_event(camp["id"], "session", {"started": True, "pid": os.getpid()})
     conn = sqlite3.connect(store.path, check_same_thread=False, timeout=60)

@@ -166,13 +166,16 @@ def eval_(problem: str, candidate_file: str, config_json: str | None, small: boo
           trials: int, no_timing: bool, as_json: bool) -> None:
     """Evaluate CANDIDATE_FILE against PROBLEM in the sandbox and print the result.
 
-    Exit 0 when the candidate is `correct`, 1 when it was evaluated and is not, 2 on bad input.
+    Exit 0 when the candidate is `correct`, 1 when it was evaluated and is not, 2 on bad input
+    (a problem that cannot judge it included: its reference failed, or a null output would pass).
     """
     from pathlib import Path
 
     from . import views
     from .problem import load_problem
 
+    if trials < 1:
+        raise UsageFailure(f"--trials must be at least 1 (correctness trials), got {trials}")
     prob = load_problem(problem)
     path = Path(candidate_file)
     if not path.is_file():
@@ -192,6 +195,10 @@ def eval_(problem: str, candidate_file: str, config_json: str | None, small: boo
                           device=None if device == "auto" else device, trials=trials, timing=not no_timing)
     except SandboxError as exc:  # e.g. --device cuda on a machine without one
         raise UsageFailure(str(exc)) from None
+    if result.get("error_class") == "problem":  # the problem's fault, not the candidate's: bad input
+        if as_json:
+            emit(result, as_json, views.print_eval)
+        raise UsageFailure((result.get("error_text") or "the problem failed in the sandbox").splitlines()[0])
     emit(result, as_json, views.print_eval)
     sys.exit(EXIT_OK if result["status"] == "correct" else EXIT_FAILED)
 

@@ -16,7 +16,7 @@ from kernellab._tracing import TRACE_LOCK
 from kernellab.problem import DEFAULT_TOLERANCES, Problem, ProblemError, instantiate, output_tensors
 
 __all__ = ["SMALL_ELEMENT_LIMIT", "NoSmallInstance", "derive_small", "execute", "instance_sizes", "null_reference",
-           "shrink", "size_constants", "small_or_empty", "small_overrides"]
+           "shrink", "size_constants", "small_fault", "small_or_empty", "small_overrides"]
 
 
 class NoSmallInstance(ProblemError):
@@ -35,6 +35,7 @@ SMALL_ELEMENT_LIMIT = 1 << 20
 _SMALL_CACHE: dict[str, dict[str, Any] | ProblemError] = {}
 # The trials derive_small judges a candidate size's reference on (one per distribution of the sandbox)
 _NULL_TRIALS = 4
+_FAULT_CACHE: dict[tuple[str, int], str | None] = {}
 _SETTINGS = {"ATOL", "RTOL", "DTYPE", "MODE", "SMALL"}
 
 
@@ -297,6 +298,16 @@ def small_overrides(problem: Problem) -> dict[str, Any]:
     if isinstance(hit, ProblemError):
         raise type(hit)(str(hit))
     return dict(hit)
+
+
+def small_fault(problem: Problem, trials: int) -> str | None:
+    """Why the small instance cannot judge any candidate on ``trials`` trials (:func:`null_reference`:
+    a null output passes them all), or None. Cached per (source hash, trials); ProblemError as
+    :func:`small_overrides` raises it."""
+    key = (problem.id, trials)
+    if key not in _FAULT_CACHE:
+        _FAULT_CACHE[key] = null_reference(problem, execute(problem, small_overrides(problem)), trials)
+    return _FAULT_CACHE[key]
 
 
 def instance_sizes(problem: Problem, small: bool) -> dict[str, Any]:

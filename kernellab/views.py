@@ -137,3 +137,5 @@ def print_eval(r: dict[str, Any]) -> None:
     if r.get("own_kernel_share") is not None:
         console.print(f"own kernel share: {r['own_kernel_share']:.0%}" + (" (library only)" if r.get("library_only") else ""))
     console.print(f"device: {r.get('device')}")
+    if (r.get("details") or {}).get("instance"):
+        console.print(f"instance: {r['details']['instance']['text']}")
