@@ -118,9 +118,11 @@ def show(candidate: str, db: str, as_json: bool, source: bool) -> None:
     from .problem import declared_mode
 
     prob = store.get_problem(cand["problem_id"]) or {}
+    from .small import recorded_instances
+
     obj = {"candidate": cand, "evaluations": evals,
            "problem": {"id": cand["problem_id"], "name": prob.get("name"),
-                       "mode": declared_mode(prob.get("source") or "")}}
+                       "mode": declared_mode(prob.get("source") or ""), "instances": recorded_instances(evals)}}
     emit(obj, as_json, lambda o: views.print_candidate(o, source=source))
 
 

@@ -16,7 +16,7 @@ from kernellab._tracing import TRACE_LOCK
 from kernellab.problem import DEFAULT_TOLERANCES, Problem, ProblemError, instantiate, output_tensors
 
 __all__ = ["SMALL_ELEMENT_LIMIT", "NoSmallInstance", "derive_small", "execute", "instance_sizes", "null_reference",
-           "shrink", "size_constants", "small_fault", "small_or_empty", "small_overrides"]
+           "recorded_instances", "shrink", "size_constants", "small_fault", "small_or_empty", "small_overrides"]
 
 
 class NoSmallInstance(ProblemError):
@@ -327,3 +327,14 @@ def small_or_empty(problem: Problem) -> dict[str, Any]:
         return small_overrides(problem)
     except ProblemError:
         return {}
+
+
+def recorded_instances(evaluations: list[dict]) -> list[str]:
+    """The sizes a problem's evaluations ran at, as the sandbox recorded them (``details.instance``):
+    each distinct text once, in order (``show`` and the report print them)."""
+    out: list[str] = []
+    for e in evaluations:
+        text = ((e.get("details") or {}).get("instance") or {}).get("text")
+        if text and text not in out:
+            out.append(text)
+    return out

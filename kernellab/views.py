@@ -87,6 +87,8 @@ def print_candidate(obj: dict, source: bool = True) -> None:
     if obj.get("problem"):
         p = obj["problem"]
         console.print(f"problem: {p.get('name') or p['id']} (mode {p['mode']})")
+        for text in p.get("instances") or []:
+            console.print(f"instance: {text}")
     t = Table(title="evaluations")
     for col in ("kind", "status", "config", "time", "p20-p80", "vs eager", "vs compile", "error"):
         t.add_column(col)
