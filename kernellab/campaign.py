@@ -159,6 +159,20 @@ def check_campaign(config: CampaignConfig, store: Any = None, agents: Any = None
     return problems
 
 
+PROBLEM_FAULT = "the problem itself is at fault"
+
+
+def problem_fault(store: Any, tree: Any) -> str | None:
+    """The stop reason of a problem the sandbox found at fault (error class ``problem``: its reference
+    failed, or no trial is informative): no candidate can be correct, so no budget goes to more."""
+    for node in tree:
+        if node.error_class == "problem":
+            rows = [e for e in store.evaluations(candidate_id=node.id) if e.get("error_class") == "problem"]
+            text = (rows[-1].get("error_text") or "") if rows else ""
+            return f"{PROBLEM_FAULT}: {text.splitlines()[0] if text else 'see the evaluations'}"
+    return None
+
+
 def _check_policy(name: str) -> None:
     from kernellab import search
 
@@ -292,6 +306,9 @@ def _context(store: BaseStore, camp: dict, config: CampaignConfig, problems: dic
 
     def stop_check(pid: str, state: dict) -> str | None:
         tree = search.Tree(store, camp["id"], pid, objective=config.objective)
+        fault = problem_fault(store, tree)
+        if fault:
+            return fault
         return search.stop_reason(tree, budget, store=store, campaign_id=camp["id"], elapsed_s=state.get("elapsed_s", 0.0),
                                   rounds=state.get("round", 0), target=config.target,
                                   plateau=config.plateau, plateau_gain=config.plateau_gain)

@@ -276,16 +276,22 @@ def _interruptible(fn: Callable[[], dict], store: Any, campaign_id: str, progres
 
 def _finish(summary: dict, as_json: bool, store: Any = None) -> None:
     from . import views
+    from .campaign import PROBLEM_FAULT
 
     emit(summary, as_json, views.print_summary)
-    if store is not None and not as_json:
+    faults = []
+    if store is not None:
         # a problem without a correct candidate: say why it stopped (e.g. every candidate timed out)
         won = {b["problem_id"] for b in summary["best"]}
         for e in store.events(summary["campaign"]["id"], "stop"):
             if e["payload"].get("problem_id") not in won:
-                click.echo(f"{e['payload'].get('problem')}: no correct candidate; stopped: {e['payload'].get('reason')}",
-                           err=True)
-    sys.exit(EXIT_OK if summary["best"] else EXIT_FAILED)
+                reason = str(e["payload"].get("reason"))
+                faults.append(PROBLEM_FAULT in reason)
+                if not as_json:
+                    click.echo(f"{e['payload'].get('problem')}: no correct candidate; stopped: {reason}", err=True)
+    # every problem at fault (found in the sandbox, e.g. at full size on a GPU): bad input, as eval says
+    bad_input = not summary["best"] and bool(faults) and all(faults)
+    sys.exit(EXIT_OK if summary["best"] else EXIT_USAGE if bad_input else EXIT_FAILED)
 
 
 @main.command()
