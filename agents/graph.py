@@ -452,7 +452,8 @@ def _debuggable(ctx: Context, pid: str) -> list[tuple[dict, dict]]:
         if c["id"] in tried or (c.get("meta") or {}).get("debug_round", 0) >= _max_debug(ctx):
             continue
         full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == Kind.FULL]
-        if full and full[0]["status"] in FAILED:
+        # a problem's fault (error class `problem`) is not the candidate's: nothing for the debugger to fix
+        if full and full[0]["status"] in FAILED and full[0].get("error_class") != "problem":
             out.append((c, full[0]))
     return out
 

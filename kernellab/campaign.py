@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernellab import _interrupt, env
-from kernellab.problem import Problem, load_problem
-from kernellab.small import small_overrides
+from kernellab.problem import Problem, ProblemError, load_problem
+from kernellab.small import instance_sizes, small_fault, small_overrides
 from kernellab.vocab import DEFAULT_OBJECTIVE, OBJECTIVES, Kind
 
 if TYPE_CHECKING:
@@ -88,6 +88,8 @@ class CampaignConfig:
             raise CampaignError("--budget must be at least 1")
         if self.width < 1:
             raise CampaignError("--width must be at least 1")
+        if self.trials < 1:
+            raise CampaignError(f"--trials must be at least 1 (correctness trials per evaluation), got {self.trials}")
         if self.tune_trials is not None and self.tune_trials < 0:
             raise CampaignError(f"--tune-trials must be >= 0 (0: no tuning), got {self.tune_trials}")
         if self.objective not in OBJECTIVES:
@@ -139,6 +141,9 @@ def check_campaign(config: CampaignConfig, store: Any = None, agents: Any = None
         # refused in seconds, never run for minutes at full size in the interpreter
         for p in problems:
             small_overrides(p)
+            why = small_fault(p, config.trials)  # the sandbox would refuse every candidate: say so now
+            if why:
+                raise ProblemError(f"{p.label}: {why} ({instance_sizes(p, True)['text']})")
     _check_policy(config.policy)
     if config.llm != "builtin":
         from kernellab.agents.llm import PreflightError
@@ -152,6 +157,20 @@ def check_campaign(config: CampaignConfig, store: Any = None, agents: Any = None
         except PreflightError as exc:
             raise CampaignError(str(exc)) from None
     return problems
+
+
+PROBLEM_FAULT = "the problem itself is at fault"
+
+
+def problem_fault(store: Any, tree: Any) -> str | None:
+    """The stop reason of a problem the sandbox found at fault (error class ``problem``: its reference
+    failed, or no trial is informative): no candidate can be correct, so no budget goes to more."""
+    for node in tree:
+        if node.error_class == "problem":
+            rows = [e for e in store.evaluations(candidate_id=node.id) if e.get("error_class") == "problem"]
+            text = (rows[-1].get("error_text") or "") if rows else ""
+            return f"{PROBLEM_FAULT}: {text.splitlines()[0] if text else 'see the evaluations'}"
+    return None
 
 
 def _check_policy(name: str) -> None:
@@ -224,6 +243,9 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     if progress is not None:
         progress.update(campaign=camp["name"], problems_total=len(problems), budget_candidates=config.budget,
                         budget_wall_s=config.time_budget_s, budget_usd=config.usd_budget)
+        small = config.small if config.small is not None else device != "cuda"
+        for p in problems.values():  # the sizes judged, before anything is: a wrong instance is seen at once
+            progress.note(f"{p.name}: {instance_sizes(p, small)['text']}")
     _running_here(store, camp["id"], True)
     store.update_campaign(camp["id"], status="running")
     store.add_event(camp["id"], "session", {"started": True, "pid": os.getpid()})
@@ -331,6 +353,9 @@ def _context(store: BaseStore, camp: dict, config: CampaignConfig, problems: dic
 
     def stop_check(pid: str, state: dict) -> str | None:
         tree = search.Tree(store, camp["id"], pid, objective=config.objective)
+        fault = problem_fault(store, tree)
+        if fault:
+            return fault
         return search.stop_reason(tree, budget, store=store, campaign_id=camp["id"], elapsed_s=state.get("elapsed_s", 0.0),
                                   rounds=state.get("round", 0), target=config.target,
                                   plateau=config.plateau, plateau_gain=config.plateau_gain)

@@ -122,9 +122,11 @@ def show(candidate: str, db: str, as_json: bool, source: bool) -> None:
     from .problem import declared_mode
 
     prob = store.get_problem(cand["problem_id"]) or {}
+    from .small import recorded_instances
+
     obj = {"candidate": cand, "evaluations": evals,
            "problem": {"id": cand["problem_id"], "name": prob.get("name"),
-                       "mode": declared_mode(prob.get("source") or "")}}
+                       "mode": declared_mode(prob.get("source") or ""), "instances": recorded_instances(evals)}}
     emit(obj, as_json, lambda o: views.print_candidate(o, source=source))
 
 
@@ -170,13 +172,16 @@ def eval_(problem: str, candidate_file: str, config_json: str | None, small: boo
           trials: int, no_timing: bool, as_json: bool) -> None:
     """Evaluate CANDIDATE_FILE against PROBLEM in the sandbox and print the result.
 
-    Exit 0 when the candidate is `correct`, 1 when it was evaluated and is not, 2 on bad input.
+    Exit 0 when the candidate is `correct`, 1 when it was evaluated and is not, 2 on bad input
+    (a problem that cannot judge it included: its reference failed, or a null output would pass).
     """
     from pathlib import Path
 
     from . import views
     from .problem import load_problem
 
+    if trials < 1:
+        raise UsageFailure(f"--trials must be at least 1 (correctness trials), got {trials}")
     prob = load_problem(problem)
     path = Path(candidate_file)
     if not path.is_file():
@@ -196,6 +201,10 @@ def eval_(problem: str, candidate_file: str, config_json: str | None, small: boo
                           device=None if device == "auto" else device, trials=trials, timing=not no_timing)
     except SandboxError as exc:  # e.g. --device cuda on a machine without one
         raise UsageFailure(str(exc)) from None
+    if result.get("error_class") == "problem":  # the problem's fault, not the candidate's: bad input
+        if as_json:
+            emit(result, as_json, views.print_eval)
+        raise UsageFailure((result.get("error_text") or "the problem failed in the sandbox").splitlines()[0])
     emit(result, as_json, views.print_eval)
     sys.exit(EXIT_OK if result["status"] == "correct" else EXIT_FAILED)
 
@@ -273,16 +282,22 @@ def _interruptible(fn: Callable[[], dict], store: Any, campaign_id: str, progres
 
 def _finish(summary: dict, as_json: bool, store: Any = None) -> None:
     from . import views
+    from .campaign import PROBLEM_FAULT
 
     emit(summary, as_json, views.print_summary)
-    if store is not None and not as_json:
+    faults = []
+    if store is not None:
         # a problem without a correct candidate: say why it stopped (e.g. every candidate timed out)
         won = {b["problem_id"] for b in summary["best"]}
         for e in store.events(summary["campaign"]["id"], "stop"):
             if e["payload"].get("problem_id") not in won:
-                click.echo(f"{e['payload'].get('problem')}: no correct candidate; stopped: {e['payload'].get('reason')}",
-                           err=True)
-    sys.exit(EXIT_OK if summary["best"] else EXIT_FAILED)
+                reason = str(e["payload"].get("reason"))
+                faults.append(PROBLEM_FAULT in reason)
+                if not as_json:
+                    click.echo(f"{e['payload'].get('problem')}: no correct candidate; stopped: {reason}", err=True)
+    # every problem at fault (found in the sandbox, e.g. at full size on a GPU): bad input, as eval says
+    bad_input = not summary["best"] and bool(faults) and all(faults)
+    sys.exit(EXIT_OK if summary["best"] else EXIT_USAGE if bad_input else EXIT_FAILED)
 
 
 @main.command()

@@ -323,11 +323,11 @@ def validate(problem: Problem, run: bool = True) -> None:
         if unknown:
             raise ProblemError(f"{label}: SMALL names {', '.join(map(repr, unknown))}, not a module constant of the file")
     if run:
-        from kernellab.small import small_overrides
+        from kernellab.small import NoSmallInstance, small_overrides
 
         try:
             small_overrides(problem)
-        except ProblemError:
+        except NoSmallInstance:
             # no small instance: check at full size on the meta device (shapes only, nothing allocated);
             # a CPU campaign refuses such a problem (kernellab.campaign.check_campaign)
             with torch.no_grad(), torch.device("meta"):

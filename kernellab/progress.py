@@ -112,6 +112,15 @@ class Progress:
                            + (f"; cluster: {s.cluster}" if s.cluster else ""))
         self._refresh()
 
+    def note(self, text: str) -> None:
+        """One line for the reader, above the panel on a TTY (nothing with ``enabled=False``)."""
+        if not self.enabled:
+            return
+        if self.plain:
+            self._line(text)
+        else:
+            self.console.print(text)
+
     def on_evaluation(self, result: dict) -> None:
         with self._lock:
             s = self.stats

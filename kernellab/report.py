@@ -576,7 +576,16 @@ def _article(p: dict, store: Any, t0: Any) -> str:
             _section("failures", "Failures by class", _sec_failures(p), pid),
             _section("source", "Best source", _sec_source(p), pid)]
     return (f'<article class="problem" id="{escape(pid)}" data-problem="{escape(p["name"])}">'
-            f'<h2>{escape(p["name"])}</h2>{_settings_line(p["source"])}{"".join(body)}</article>')
+            f'<h2>{escape(p["name"])}</h2>{_settings_line(p["source"])}{_instance_line(p["evals"])}'
+            f'{"".join(body)}</article>')
+
+
+def _instance_line(evals: list[dict]) -> str:
+    """The sizes the candidates were judged at (a wrong small instance is seen at once)."""
+    from kernellab.small import recorded_instances
+
+    texts = recorded_instances(evals)
+    return f'<p class="instance">{escape("; ".join(texts))}</p>' if texts else ""
 
 
 def write(store: Any, campaign_id: str, path: str | Path, objective: str | None = None) -> Path:

@@ -13,10 +13,15 @@ from typing import Any
 import torch
 
 from kernellab._tracing import TRACE_LOCK
-from kernellab.problem import Problem, ProblemError, instantiate, output_tensors
+from kernellab.problem import DEFAULT_TOLERANCES, Problem, ProblemError, instantiate, output_tensors
 
-__all__ = ["SMALL_ELEMENT_LIMIT", "derive_small", "execute", "shrink", "size_constants", "small_or_empty",
-           "small_overrides"]
+__all__ = ["SMALL_ELEMENT_LIMIT", "NoSmallInstance", "derive_small", "execute", "instance_sizes", "null_reference",
+           "recorded_instances", "shrink", "size_constants", "small_fault", "small_or_empty", "small_overrides"]
+
+
+class NoSmallInstance(ProblemError):
+    """No size of the problem is usable on the CPU (too large, or failing at the sizes tried): the
+    problem may still be fine at full size on a GPU. Any other ProblemError is the problem's own fault."""
 
 # -- the small instance ----------------------------------------------------------------------------
 # Caps tried in turn when a file has no SMALL: 8 first (an interpreted conv at 16 costs ~4x more);
@@ -27,7 +32,10 @@ _SHRINK_CAPS = (8, 16, 32, 64, 4)
 # interpreter runs a kernel at roughly a microsecond per element and op, and a campaign runs each
 # candidate many times (trials, timing).
 SMALL_ELEMENT_LIMIT = 1 << 20
-_SMALL_CACHE: dict[str, dict[str, Any] | str] = {}
+_SMALL_CACHE: dict[str, dict[str, Any] | ProblemError] = {}
+# The trials derive_small judges a candidate size's reference on (one per distribution of the sandbox)
+_NULL_TRIALS = 4
+_FAULT_CACHE: dict[tuple[str, int], str | None] = {}
 _SETTINGS = {"ATOL", "RTOL", "DTYPE", "MODE", "SMALL"}
 
 
@@ -137,9 +145,11 @@ def _bound_names(stmt: ast.stmt) -> list[str]:
     return names
 
 
-def shrink(constants: dict[str, int], cap: int) -> dict[str, int]:
+def shrink(constants: dict[str, int], cap: int, strict: bool = False) -> dict[str, int]:
     """Overrides capping each constant at ``cap`` while keeping the divisibility relations between
-    them (channels stay a multiple of groups and heads, equal sizes stay equal)."""
+    them (channels stay a multiple of groups and heads, equal sizes stay equal). ``strict``: a proper
+    multiple stays a proper multiple (channels above groups: 8 channels in 8 groups normalise each
+    channel alone, to zero), even above ``cap``."""
     new: dict[str, int] = {}
     done: dict[str, int] = {}
     for name, v in sorted(constants.items(), key=lambda kv: (kv[1], kv[0])):
@@ -151,11 +161,13 @@ def shrink(constants: dict[str, int], cap: int) -> dict[str, int]:
             choice = same[0]
         else:
             divisors = {done[n] for n in done if 1 < constants[n] < v and v % constants[n] == 0}
-            choice = next((c for c in range(cap, 0, -1) if all(c % d == 0 for d in divisors)), None)
+            floor = max(divisors) + 1 if strict and divisors else 1
+            choice = next((c for c in range(cap, floor - 1, -1) if all(c % d == 0 for d in divisors)), None)
             if choice is None:
                 lcm = 1
                 for d in divisors:
                     lcm = lcm * d // math.gcd(lcm, d)
+                lcm *= -(-floor // lcm)  # the least multiple of them at or above the floor
                 choice = lcm if lcm < v else v
         done[name] = choice
         if choice != v:
@@ -167,8 +179,14 @@ def _numel(objs: Any) -> int:
     return sum(x.numel() for x in objs if isinstance(x, torch.Tensor))
 
 
-def _try_small(problem: Problem, overrides: dict[str, Any]) -> None:
-    """Build the instance with ``overrides`` and run the reference once; raises ProblemError."""
+class _NotTensors(ProblemError):
+    """Model.forward ran and returned something other than tensors: wrong at any size."""
+
+
+def _try_small(problem: Problem, overrides: dict[str, Any]) -> str | None:
+    """Build the instance with ``overrides``, run the reference on the sandbox's trial inputs and
+    return why a null output would pass them all (:func:`null_reference`), None when it would not;
+    raises ProblemError when the instance is unusable."""
     label = problem.label
     mod = execute(problem, overrides)
     try:  # count the elements on the meta device first, so that a huge instance is never allocated
@@ -186,11 +204,35 @@ def _try_small(problem: Problem, overrides: dict[str, Any]) -> None:
         if size > SMALL_ELEMENT_LIMIT:
             raise ProblemError(f"{label}: {size:,} elements in inputs and weights (limit {SMALL_ELEMENT_LIMIT:,})")
         try:
-            out = output_tensors(inst.model(*inst.inputs))
+            got = inst.model(*inst.inputs)
         except Exception as exc:
             raise ProblemError(f"{label}: Model.forward raised {type(exc).__name__}: {exc}") from None
-    if out is None:
-        raise ProblemError(f"{label}: Model.forward returned no tensor")
+    if output_tensors(got) is None:
+        raise _NotTensors(f"{label}: Model.forward returned {type(got).__name__}, not a tensor or a tuple of tensors")
+    return null_reference(problem, mod, _NULL_TRIALS)
+
+
+def null_reference(problem: Problem, mod: types.ModuleType, trials: int) -> str | None:
+    """Why the reference of the instance ``mod`` (built from ``problem``) cannot judge a candidate on
+    the sandbox's first ``trials`` trials (the reason of ``sandbox._check.uninformative``), or None.
+    Same inputs as the sandbox's trials on the CPU (seeds and distributions of ``_job._reference``)."""
+    from kernellab.problem import make_inputs
+    from kernellab.sandbox._check import distribution, null_verdicts, transform, trial_atol, uninformative
+    from kernellab.vocab import SEED
+
+    inst = instantiate(problem, small=False, seed=SEED, device="cpu", mod=mod)
+    # read from the module, not Problem.settings: that asks for the small instance being derived here
+    default_atol, default_rtol = DEFAULT_TOLERANCES.get(getattr(mod, "DTYPE", "float32"), (1e-4, 1e-4))
+    atol, rtol = float(getattr(mod, "ATOL", default_atol)), float(getattr(mod, "RTOL", default_rtol))
+    refs, atols = [], []
+    with torch.no_grad():
+        for t in range(trials):
+            base = make_inputs(mod, inst.dtype, "cpu", SEED + 1 + t)
+            x = transform(base, distribution(t), torch.Generator().manual_seed(SEED + 1000 + t))
+            torch.manual_seed(SEED + 500 + t)  # the sandbox's _reseed: dropout draws alike
+            refs.append(output_tensors(inst.model(*x)) or [])
+            atols.append(trial_atol(atol, distribution(t)))
+    return uninformative(null_verdicts(refs, atols, rtol), atol, rtol)
 
 
 def derive_small(problem: Problem) -> dict[str, Any]:
@@ -205,8 +247,11 @@ def derive_small(problem: Problem) -> dict[str, Any]:
         flat.update({f"{name}[{i}]": x for i, x in enumerate(v)} if isinstance(v, tuple) else {name: v})
     tried: list[dict[str, Any]] = []
     reasons: list[str] = []
-    for cap in _SHRINK_CAPS:
-        small = shrink(flat, cap)
+    first_usable: dict[str, Any] | None = None
+    # each cap as it is, then with proper multiples kept: tried only when the plain one's reference is
+    # uninformative, so a problem that was fine keeps its instance
+    for cap, strict in ((cap, strict) for cap in _SHRINK_CAPS for strict in (False, True)):
+        small = shrink(flat, cap, strict)
         over: dict[str, Any] = {}
         for name, v in constants.items():
             if isinstance(v, tuple):
@@ -219,13 +264,21 @@ def derive_small(problem: Problem) -> dict[str, Any]:
             continue
         tried.append(over)
         try:
-            _try_small(problem, over)
-            return over
+            null = _try_small(problem, over)
+        except _NotTensors as exc:
+            raise ProblemError(str(exc)) from None
         except ProblemError as exc:
             reasons.append(str(exc).removeprefix(f"{problem.label}: "))
+            continue
+        if null is None:
+            return over
+        if first_usable is None:
+            first_usable = over
+    if first_usable is not None:  # uninformative at every size tried: the sandbox refuses it, with the reason
+        return first_usable
     what = "its size constants shrunk" if any(tried) else "it has no top-level integer size constants to shrink"
-    raise ProblemError(f"{problem.label}: no small instance usable on the CPU ({what}: {reasons[-1]}); "
-                       "add SMALL = {...} with small sizes, or run it on a GPU")
+    raise NoSmallInstance(f"{problem.label}: no small instance usable on the CPU ({what}: {reasons[-1]}); "
+                          "add SMALL = {...} with small sizes, or run it on a GPU")
 
 
 def small_overrides(problem: Problem) -> dict[str, Any]:
@@ -240,11 +293,35 @@ def small_overrides(problem: Problem) -> dict[str, Any]:
             try:
                 hit = derive_small(problem)
             except ProblemError as exc:
-                hit = str(exc)
+                hit = exc
         _SMALL_CACHE[problem.id] = hit
-    if isinstance(hit, str):
-        raise ProblemError(hit)
+    if isinstance(hit, ProblemError):
+        raise type(hit)(str(hit))
     return dict(hit)
+
+
+def small_fault(problem: Problem, trials: int) -> str | None:
+    """Why the small instance cannot judge any candidate on ``trials`` trials (:func:`null_reference`:
+    a null output passes them all), or None. Cached per (source hash, trials); ProblemError as
+    :func:`small_overrides` raises it."""
+    # past two rounds of the distributions more trials only repeat them with other seeds (and a
+    # campaign may ask for thousands: --trials 3000 would run the reference that often here)
+    key = (problem.id, trials := min(trials, 2 * _NULL_TRIALS))
+    if key not in _FAULT_CACHE:
+        _FAULT_CACHE[key] = null_reference(problem, execute(problem, small_overrides(problem)), trials)
+    return _FAULT_CACHE[key]
+
+
+def instance_sizes(problem: Problem, small: bool) -> dict[str, Any]:
+    """The sizes an evaluation of ``problem`` runs at, for the run's first lines, ``show`` and the
+    report: ``{"small", "sizes" (the overrides), "source" ("SMALL", "derived" or "full"), "text"}``."""
+    if not small:
+        return {"small": False, "sizes": {}, "source": "full", "text": "full size (the file's own constants)"}
+    sizes = small_or_empty(problem)
+    source = "SMALL" if _declared_small(problem) is not None else "derived"
+    shown = ", ".join(f"{k}={v}" for k, v in sizes.items()) or "the file's own constants"
+    why = "the file's SMALL" if source == "SMALL" else "derived from the file's size constants"
+    return {"small": True, "sizes": sizes, "source": source, "text": f"small instance {shown} ({why})"}
 
 
 def small_or_empty(problem: Problem) -> dict[str, Any]:
@@ -252,3 +329,14 @@ def small_or_empty(problem: Problem) -> dict[str, Any]:
         return small_overrides(problem)
     except ProblemError:
         return {}
+
+
+def recorded_instances(evaluations: list[dict]) -> list[str]:
+    """The sizes a problem's evaluations ran at, as the sandbox recorded them (``details.instance``):
+    each distinct text once, in order (``show`` and the report print them)."""
+    out: list[str] = []
+    for e in evaluations:
+        text = ((e.get("details") or {}).get("instance") or {}).get("text")
+        if text and text not in out:
+            out.append(text)
+    return out

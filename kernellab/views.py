@@ -87,6 +87,8 @@ def print_candidate(obj: dict, source: bool = True) -> None:
     if obj.get("problem"):
         p = obj["problem"]
         console.print(f"problem: {p.get('name') or p['id']} (mode {p['mode']})")
+        for text in p.get("instances") or []:
+            console.print(f"instance: {text}")
     t = Table(title="evaluations")
     for col in ("kind", "status", "config", "time", "p20-p80", "vs eager", "vs compile", "error"):
         t.add_column(col)
@@ -137,3 +139,5 @@ def print_eval(r: dict[str, Any]) -> None:
     if r.get("own_kernel_share") is not None:
         console.print(f"own kernel share: {r['own_kernel_share']:.0%}" + (" (library only)" if r.get("library_only") else ""))
     console.print(f"device: {r.get('device')}")
+    if (r.get("details") or {}).get("instance"):
+        console.print(f"instance: {r['details']['instance']['text']}")

@@ -158,10 +158,17 @@ def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> d
     err, denom = err_sq ** 0.5, ref_sq ** 0.5
     rel_norm = err / denom if denom > 0 else err
     res["rel_norm"] = rel_norm
-    if rel_norm > max(NORM_FACTOR * rtol, 1e-6) and err > atol:
+    if not _norm_ok(err, denom, atol, rtol):
         res.update(ok=False, error_class="mismatch",
                    message=f"relative L2 error {rel_norm:.3g} exceeds {max(NORM_FACTOR * rtol, 1e-6):.3g}")
     return res
+
+
+def _norm_ok(err: float, denom: float, atol: float, rtol: float) -> bool:
+    """The relative-norm check of :func:`compare`: ``err`` and ``denom`` are the L2 norms of the
+    difference and of the reference."""
+    rel_norm = err / denom if denom > 0 else err
+    return not (rel_norm > max(NORM_FACTOR * rtol, 1e-6) and err > atol)
 
 
 def check_structure(ref: list[torch.Tensor], out: Any, device: torch.device | None = None) -> tuple[str, str] | None:
@@ -215,3 +222,116 @@ def anchored(ref64: torch.Tensor, ref: torch.Tensor, out: torch.Tensor, atol: fl
         cand_excess = max(cand_excess, float(((c - a).abs() - (atol + rtol * a.abs())).max()))
     ok = finite and cand_excess <= ANCHOR_FACTOR * ref_err
     return {"ok": ok, "ref_err_vs_fp64": ref_err, "cand_excess_vs_fp64": max(cand_excess, 0.0), "finite": finite}
+
+
+# -- null outputs ---------------------------------------------------------------------------------
+# A trial whose reference a null output would pass judges nothing: KernelBench level2/30 at 8 channels
+# in 8 groups normalises each channel alone, its outputs are ~1e-6, and a ModelNew returning zeros was
+# `correct`. A null output is one that ignores the inputs: zeros, or one constant everywhere (the
+# constant fixed per output across the trials: a value that changes with the inputs is computed).
+# An output of one element is a constant whatever computes it, so only zeros are null there.
+# A null output must miss by more than NULL_MARGIN times the tolerance for the trial to count: level2/62
+# at one channel per group has outputs of rounding noise, ~1e-4 on the `mixed` trial, which zeros missed
+# by a hair (and GroupNorm computed exactly, zeros, would have missed too).
+NULL_MARGIN = 4.0
+
+
+def trial_atol(atol: float, dist: str) -> float:
+    """The absolute tolerance of a trial of distribution ``dist`` (``large`` scales it)."""
+    return atol * (LARGE_SCALE if dist == "large" else 1.0)
+
+
+def null_constant(ref: torch.Tensor, atol: float | None = None, rtol: float = 0.0) -> float:
+    """The constant nearest to every finite element of ``ref`` (the middle of its range); NaN when
+    it has no finite element, or, with ``atol``, as soon as the range is too wide for any constant to
+    pass (so an informative full-size output costs one chunk, not a pass over all of it)."""
+    if ref.is_complex() or ref.numel() == 0:
+        return float("nan")
+    lo, hi = float("inf"), float("-inf")
+    flat = ref.detach().reshape(-1)
+    for s in range(0, flat.numel(), _CHUNK):
+        r = flat[s:s + _CHUNK].double()
+        r = r[torch.isfinite(r)]
+        if r.numel():
+            lo, hi = min(lo, float(r.min())), max(hi, float(r.max()))
+            # |r - c| <= atol + rtol |r| at both ends of the range needs this
+            if atol is not None and hi - lo > 2 * atol + rtol * (abs(hi) + abs(lo)):
+                return float("nan")
+    return (lo + hi) / 2 if lo <= hi else float("nan")
+
+
+def null_output(ref: torch.Tensor, atol: float, rtol: float, constant: float | None = None,
+                device: torch.device | str | None = None) -> str | None:
+    """Which null output :func:`compare` would pass against ``ref`` at NULL_MARGIN times the tolerance:
+    ``"zeros"``, ``"the constant c"`` (``constant``, default :func:`null_constant` of ``ref``; never for
+    one element), or None when neither would (the reference is informative). Chunked like ``compare``,
+    on ``device`` when given."""
+    if ref.is_complex():
+        return None
+    atol, rtol = atol * NULL_MARGIN, rtol * NULL_MARGIN
+    c = null_constant(ref) if constant is None else constant
+    test_c = ref.numel() > 1 and c == c and abs(c) != float("inf")
+    flat = ref.detach().reshape(-1)
+    zero_ok, c_ok = True, test_c
+    z_sq = c_sq = 0.0
+    for s in range(0, max(flat.numel(), 1), _CHUNK):
+        r = flat[s:s + _CHUNK].to(device or flat.device).double()
+        if r.numel() == 0:
+            break
+        if not bool(torch.isfinite(r).all()):  # a null output is finite, and must equal NaN/Inf there
+            return None
+        tol = atol + rtol * r.abs()
+        zero_ok = zero_ok and not bool((r.abs() > tol).any())
+        z_sq += float((r * r).sum())
+        if c_ok:
+            c_ok = not bool(((r - c).abs() > tol).any())
+            c_sq += float(((r - c) ** 2).sum())
+        if not (zero_ok or c_ok):
+            return None
+    if zero_ok and _norm_ok(z_sq ** 0.5, z_sq ** 0.5, atol, rtol):
+        return "zeros"
+    if c_ok and _norm_ok(c_sq ** 0.5, z_sq ** 0.5, atol, rtol):
+        return f"the constant {c:.3g}"
+    return None
+
+
+def null_verdicts(refs: list[list[torch.Tensor]], atols: list[float], rtol: float,
+                  device: torch.device | str | None = None) -> list[str | None]:
+    """Per trial (its reference outputs ``refs[i]``, judged at ``atols[i]``): None when a null output
+    fails it, else which null output would pass each output (``"output 0: zeros"``). A trial is
+    informative when one of its outputs is: a null ModelNew is null in all of them."""
+    # the constant from trial 0 (the problem's own inputs); the widest tolerance bounds its search
+    consts = [null_constant(r, NULL_MARGIN * max(atols), NULL_MARGIN * rtol) for r in refs[0]] if refs else []
+    out: list[str | None] = []
+    for ref, atol in zip(refs, atols, strict=True):
+        why = []
+        for k, r in enumerate(ref):
+            null = null_output(r, atol, rtol, consts[k] if k < len(consts) else None, device)
+            if null is None:
+                break
+            why.append(f"output {k}: {null}")
+        out.append(None if len(why) < len(ref) or not ref else ", ".join(why))
+    return out
+
+
+def uninformative(verdicts: list[str | None], atol: float, rtol: float) -> str | None:
+    """The reason a problem cannot judge a candidate when every trial's verdict says a null output
+    passes (None when one trial is informative): one line, for ``error_text`` and for refusals."""
+    if not verdicts or any(v is None for v in verdicts):
+        return None
+    return (f"the reference is uninformative: a null output passes every trial ({len(verdicts)}; "
+            f"{verdicts[0]}, within {NULL_MARGIN:g}x atol={atol:g} rtol={rtol:g}), so a ModelNew returning it "
+            "would be judged correct; the problem needs sizes at which its output varies (SMALL = {...})")
+
+
+def judge_null(trials: list, atol: float, rtol: float, per_trial: list[dict]) -> str | None:
+    """:func:`null_verdicts` of the sandbox's trials (``tr["ref"]``, ``tr["dist"]``): records
+    ``informative`` (and ``null_output``) in each trial's row of ``per_trial``; returns
+    :func:`uninformative`'s reason when no trial is informative. On the reference's device (the
+    CPU for a GPU worker): outside the trials, this job holds no claim on the GPU."""
+    verdicts = null_verdicts([tr["ref"] for tr in trials], [trial_atol(atol, tr["dist"]) for tr in trials], rtol)
+    for row, v in zip(per_trial, verdicts, strict=False):
+        row["informative"] = v is None
+        if v is not None:
+            row["null_output"] = v
+    return uninformative(verdicts, atol, rtol)

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from kernellab.problem import apply_mode, output_tensors
+from kernellab.small import instance_sizes
 from kernellab.vocab import SEED, ConfigError, apply_config
 
 from ._check import (
@@ -36,6 +37,7 @@ from ._check import (
     clone_all,
     compare,
     distribution,
+    judge_null,
     modified_inputs,
     overlaps,
     transform,
@@ -230,6 +232,7 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
         w.read()
         w.phase("reference")
         _reference(w, job, state, d)
+        d["instance"] = instance_sizes(job["problem"], job["small"])
         if w.device_kind == "cuda":
             mem["reference_peak_bytes"] = torch.cuda.max_memory_allocated(w.device)
         if job.get("need_baseline") and w.device_kind == "cuda" and job.get("timing", True):
@@ -686,6 +689,9 @@ def _trials(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict, first_
             _sync(dev)
             windows.append((t_read, time.time()))
         w.unread()
+    null = judge_null(state["trials"], state["atol"], state["rtol"], per_trial)
+    if null:  # the problem's fault, not the candidate's: judged when the candidate passed every trial
+        raise _ProblemFault(f"{job['problem'].label}: {null} (instance: {d.get('instance', {}).get('text')})")
     state["forward_s"] = forward_s
     state["launches"] = w.counter.launches
     state["launch_s"] = w.counter.seconds

@@ -16,6 +16,7 @@ PROBLEM = Path(__file__).resolve().parents[2] / "experiments" / "problems" / "op
     (["--policy", "nope"], "--policy 'nope' is not one of"),
     (["--llm", "anthropic:claude-sonnet-4-5"], "ANTHROPIC_API_KEY is not set"),
     (["--budget", "0"], "--budget must be at least 1"),
+    (["--trials", "0"], "--trials must be at least 1"),  # was a 71-line SandboxError traceback, a campaign left
 ])
 def test_bad_run_writes_nothing(tmp_path: Path, args: list[str], expected: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}

@@ -105,3 +105,51 @@ def test_sizes_written_as_arithmetic_or_tuples_are_shrunk() -> None:
     assert over == {"M": 8, "N": 8, "batch_size": 8, "input_shape": (8,)}
     a, b, x = p.module(small=True).get_inputs()
     assert a.shape == (8, 8) and b.shape == (8, 8) and x.shape == (8, 8)
+
+
+def test_strict_shrink_keeps_proper_multiples() -> None:
+    # KernelBench level2/30: 8192 channels in 16 groups; capped at 8 both became 8, one channel per group
+    consts = {"batch_size": 1024, "in_features": 8192, "out_features": 8192, "num_groups": 16}
+    assert shrink(consts, 8) == {"batch_size": 8, "in_features": 8, "out_features": 8, "num_groups": 8}
+    strict = shrink(consts, 8, strict=True)
+    assert strict["out_features"] > strict["num_groups"] and strict["out_features"] % strict["num_groups"] == 0
+    assert strict["in_features"] == strict["out_features"]
+
+
+def test_derived_instance_is_informative_where_one_is() -> None:
+    # level2/76's reference is informative at cap 8: its instance is the one it always was
+    p = load_problem(KB_GEMM)
+    from kernellab.small import small_fault
+
+    assert small_fault(p, 5) is None
+    assert small_overrides(p) == {"batch_size": 8, "in_features": 8, "out_features": 8}
+
+
+RETURNS_LIST = HERE / "returns_list.py"
+
+
+def test_forward_returning_a_list_is_the_problems_fault_at_any_size() -> None:
+    # before: "no small instance usable on the CPU ... add SMALL", which blamed the sizes
+    with pytest.raises(ProblemError, match=r"Model.forward returned list, not a tensor or a tuple of tensors$"):
+        load_problem(RETURNS_LIST)
+
+
+@pytest.mark.parametrize("command", ["run", "eval"])
+def test_bad_problem_is_exit_2_with_the_true_reason(tmp_path: Path, command: str) -> None:
+    cand = HERE / "small_derived_constant.py"  # any file: the problem is refused before it is read
+    args = ["run", str(RETURNS_LIST), "--device", "cpu"] if command == "run" else ["eval", str(RETURNS_LIST), str(cand)]
+    r = subprocess.run([sys.executable, "-m", "kernellab.cli", *args], capture_output=True, text=True, cwd=tmp_path,
+                       timeout=300)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Model.forward returned list, not a tensor" in lines[0], r.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_eval_trials_0_is_one_line_exit_2(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "kernellab.cli", "eval", str(KB_GEMM), str(KB_GEMM), "--trials", "0"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--trials must be at least 1" in lines[0], r.stderr
+    assert not list(tmp_path.iterdir())
