@@ -300,18 +300,26 @@ def null_verdicts(refs: list[list[torch.Tensor]], atols: list[float], rtol: floa
     """Per trial (its reference outputs ``refs[i]``, judged at ``atols[i]``): None when a null output
     fails it, else which null output would pass each output (``"output 0: zeros"``). A trial is
     informative when one of its outputs is: a null ModelNew is null in all of them."""
-    # the constant from trial 0 (the problem's own inputs); the widest tolerance bounds its search
-    consts = [null_constant(r, NULL_MARGIN * max(atols), NULL_MARGIN * rtol) for r in refs[0]] if refs else []
-    out: list[str | None] = []
-    for ref, atol in zip(refs, atols, strict=True):
-        why = []
-        for k, r in enumerate(ref):
-            null = null_output(r, atol, rtol, consts[k] if k < len(consts) else None, device)
-            if null is None:
-                break
-            why.append(f"output {k}: {null}")
-        out.append(None if len(why) < len(ref) or not ref else ", ".join(why))
-    return out
+    consts = null_constants(refs[0], max(atols), rtol) if refs else []
+    return [null_verdict(ref, atol, rtol, consts, device) for ref, atol in zip(refs, atols, strict=True)]
+
+
+def null_constants(ref0: list[torch.Tensor], atol: float, rtol: float) -> list[float]:
+    """The constants a null output is tried with, per output: from trial 0 (the problem's own inputs),
+    its search bounded by the widest tolerance of the trials (``atol``)."""
+    return [null_constant(r, NULL_MARGIN * atol, NULL_MARGIN * rtol) for r in ref0]
+
+
+def null_verdict(ref: list[torch.Tensor], atol: float, rtol: float, consts: list[float],
+                 device: torch.device | str | None = None) -> str | None:
+    """One trial's entry of :func:`null_verdicts`: None when a null output fails it."""
+    why = []
+    for k, r in enumerate(ref):
+        null = null_output(r, atol, rtol, consts[k] if k < len(consts) else None, device)
+        if null is None:
+            break
+        why.append(f"output {k}: {null}")
+    return None if len(why) < len(ref) or not ref else ", ".join(why)
 
 
 def uninformative(verdicts: list[str | None], atol: float, rtol: float) -> str | None:
@@ -324,12 +332,11 @@ def uninformative(verdicts: list[str | None], atol: float, rtol: float) -> str |
             "would be judged correct; the problem needs sizes at which its output varies (SMALL = {...})")
 
 
-def judge_null(trials: list, atol: float, rtol: float, per_trial: list[dict]) -> str | None:
-    """:func:`null_verdicts` of the sandbox's trials (``tr["ref"]``, ``tr["dist"]``): records
-    ``informative`` (and ``null_output``) in each trial's row of ``per_trial``; returns
-    :func:`uninformative`'s reason when no trial is informative. On the reference's device (the
-    CPU for a GPU worker): outside the trials, this job holds no claim on the GPU."""
-    verdicts = null_verdicts([tr["ref"] for tr in trials], [trial_atol(atol, tr["dist"]) for tr in trials], rtol)
+def judge_null(verdicts: list[str | None], atol: float, rtol: float, per_trial: list[dict]) -> str | None:
+    """Given each trial's :func:`null_verdict` (computed with the reference outputs, on their device,
+    before they went to the host: a pass over a full-size output on the host cost Softmax 100 s a job),
+    records ``informative`` (and ``null_output``) in each trial's row of ``per_trial``; returns
+    :func:`uninformative`'s reason when no trial is informative."""
     for row, v in zip(per_trial, verdicts, strict=False):
         row["informative"] = v is None
         if v is not None:

@@ -48,7 +48,17 @@ from typing import Any
 from kernellab.problem import Problem, content_hash
 
 from ._env import protect_parent, worker_env
-from ._gpu import GIB, JOB_OVERHEAD, OOM_CLASSES, POISON_CAP, MemoryBudget, RWLock, TooBig, estimate, retry_admission
+from ._gpu import (
+    GIB,
+    OOM_CLASSES,
+    POISON_CAP,
+    MemoryBudget,
+    RWLock,
+    TooBig,
+    estimate,
+    measured_need,
+    retry_admission,
+)
 from ._result import empty_result, infra_result, is_infra, reference_key, truncate
 
 __all__ = ["Limits", "EvalJob", "Executor", "LocalExecutor", "ProfileGate", "default_executor", "SandboxError"]
@@ -644,10 +654,7 @@ class LocalExecutor(Executor):
         if grown is not None:
             need = max(need or 0, grown)
         if peak is not None:
-            # the reference's peak (its parameters, one trial's inputs, their clone, outputs and
-            # activations) twice -- the candidate's side and the timing's copies -- plus poison
-            measured = 2 * peak + min(POISON_CAP, peak) + JOB_OVERHEAD
-            return max(need or 0, measured), max(floor or 0, peak)
+            return max(need or 0, measured_need(peak)), max(floor or 0, peak)
         return need, floor
 
     def _evaluate(self, worker: _Worker, job: EvalJob, kind: str, gpu: str | None) -> tuple[dict, _Worker | None]:
@@ -673,11 +680,13 @@ class LocalExecutor(Executor):
                     t_admit = time.monotonic()
                     grant, got_alone = budget.admit(need, alone, floor)
                     t_admit = time.monotonic() - t_admit
+                held = [grant]  # the job may give part of its grant back once its reference peak is measured
                 try:
-                    result, keep = self._run(worker, job, gpu, grant)
+                    result, keep = self._run(worker, job, gpu, grant, held=held if budget is not None else None,
+                                             budget=budget)
                 finally:
                     if budget is not None and grant is not None:
-                        budget.release(grant)
+                        budget.release(held[0])
             except TooBig as exc:
                 result, keep = infra_result(job.config, "infra:too_big", f"{job.problem.label}: {exc}: it cannot "
                                             "be evaluated on this device"), True
@@ -744,7 +753,8 @@ class LocalExecutor(Executor):
             return fut, False
         return fut, True
 
-    def _run(self, w: _Worker, job: EvalJob, gpu: str | None, grant: int | None = None) -> tuple[dict, bool]:
+    def _run(self, w: _Worker, job: EvalJob, gpu: str | None, grant: int | None = None, held: list | None = None,
+             budget: MemoryBudget | None = None) -> tuple[dict, bool]:
         limits = job.limits or self.limits
         job_id = f"{os.getpid()}_{next(self._ids)}"
         key = need = bl_fut = None
@@ -756,7 +766,7 @@ class LocalExecutor(Executor):
                                job.problem.mode)
             bl_fut, need = self._baseline_future(job, key)
         try:
-            return self._run_measuring(w, job, gpu, grant, limits, job_id, key, need, bl_fut)
+            return self._run_measuring(w, job, gpu, grant, limits, job_id, key, need, bl_fut, held, budget)
         except BaseException:
             # every later job of this problem waits on the baseline this job was to measure: a failure of ours
             # here must hand the measuring on to the next job, never leave them waiting for good
@@ -767,7 +777,8 @@ class LocalExecutor(Executor):
             raise
 
     def _run_measuring(self, w: _Worker, job: EvalJob, gpu: str | None, grant: int | None, limits: Limits,
-                       job_id: str, key: str | None, need: bool | None, bl_fut: cf.Future | None) -> tuple[dict, bool]:
+                       job_id: str, key: str | None, need: bool | None, bl_fut: cf.Future | None,
+                       held: list | None = None, budget: MemoryBudget | None = None) -> tuple[dict, bool]:
         payload = {"job_id": job_id, "problem": job.problem, "source": job.source, "config": job.config,
                    "small": job.small, "trials": job.trials, "timing": job.timing, "need_baseline": need,
                    "max_jobs": self.max_jobs_per_worker, "timing_target_ms": job.timing_target_ms,
@@ -835,6 +846,9 @@ class LocalExecutor(Executor):
                         if reading:
                             lock.release_read()
                             reading = False
+                    elif msg[0] == "regrant":  # the worker capped itself at its measured need
+                        if held is not None and budget is not None and held[0] is not None:
+                            held[0] = budget.shrink(held[0], int(msg[1]))
                     elif msg[0] == "reference":  # computed before the candidate was loaded
                         w.ref_digests[msg[1]] = msg[2]
                     elif msg[0] == "result":

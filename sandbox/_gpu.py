@@ -176,6 +176,15 @@ class MemoryBudget:
             self._cond.notify_all()
         return grant, big
 
+    def shrink(self, grant: int, smaller: int) -> int:
+        """A running job's grant made ``smaller`` (its measured need); returns the grant it now holds."""
+        if smaller >= grant:
+            return grant
+        with self._cond:
+            self.used -= grant - smaller
+            self._cond.notify_all()
+        return smaller
+
     def release(self, grant: int) -> None:
         with self._cond:
             self.used -= grant
@@ -233,6 +242,13 @@ def retry_admission(error_class: str, infra: bool, kind: str, alone: bool, grant
 # infrastructure failures worth another attempt, and the out-of-memory classes (see retry_admission)
 RETRIED = ("infra:oom", "sandbox")
 OOM_CLASSES = ("oom", "infra:oom")
+
+
+def measured_need(reference_peak: int) -> int:
+    """A job's need from its problem's measured reference peak (its parameters, one trial's inputs,
+    their clone, outputs and activations): twice that -- the candidate's side and the timing's copies --
+    plus the poison and the fixed overhead."""
+    return 2 * reference_peak + min(POISON_CAP, reference_peak) + JOB_OVERHEAD
 
 
 def footprint(params: int, inputs: int, outputs: int, largest_input: int = 0) -> int:

@@ -39,8 +39,11 @@ from ._check import (
     distribution,
     judge_null,
     modified_inputs,
+    null_constants,
+    null_verdict,
     overlaps,
     transform,
+    trial_atol,
 )
 from ._gpu import FP_CHUNK, POISON_CAP
 from ._guard import ForwardWatch, StateSnapshot, _reference_classes
@@ -243,6 +246,7 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
             _compile_reference(w, state, d)
         phase = "load"
         w.read()  # the baseline's timing gave it up
+        w.regrant(job.get("gpu_grant_bytes"))
         w.phase("load")
         state["snapshot"] = StateSnapshot()
         name = f"kernellab_candidate_{job['job_id']}"
@@ -401,6 +405,18 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
         ref_prints: list | None = [] if entry is None and cap > 0 else None
         held = 0
 
+        atol, rtol = settings["atol"], settings["rtol"]
+        atols = [trial_atol(atol, distribution(t)) for t in range(n)]
+        nulls: list[str | None] = list(entry.nulls) if entry is not None else []
+        consts: list[float] = []
+
+        def judged(t: int, outs: list[torch.Tensor]) -> None:
+            # whether a null output would pass this trial: a property of the reference alone, judged where
+            # it was computed (on the device), once per problem when the outputs are reused
+            if t == 0:
+                consts.extend(null_constants(outs, max(atols), rtol))
+            nulls.append(null_verdict(outs, atols[t], rtol, consts))
+
         def computed(outs: list[torch.Tensor]) -> list[torch.Tensor]:
             nonlocal ref_prints, held
             held += sum(t_.numel() * t_.element_size() for t_ in outs)
@@ -429,6 +445,7 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
                     ref = output_tensors(inst.model(*clone_all(x)))
                 if ref is None:
                     raise _ProblemFault(f"{problem.label}: Model.forward returned no tensors")
+                judged(t, ref)
                 ref = computed(ref)
             size = sum(v.numel() * v.element_size() for v in x if isinstance(v, torch.Tensor))
             trials.append(_Trial(t, distribution(t), make, ref, prints, kept=x if size <= KEEP_INPUTS_BYTES else None))
@@ -449,7 +466,7 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
         _sync(dev)
         if ref_prints is not None:
             made = cache.put(key, [tr.ref for tr in trials], timing["final_ref"] if timing else None,
-                             [tr.prints for tr in trials], ref_prints, cap)
+                             [tr.prints for tr in trials], ref_prints, cap, nulls)
             if made is not None:
                 w.send("reference", key, made.digest)  # before any candidate runs: the executor vouches for it
     except (_ProblemFault, _InfraFault):
@@ -460,7 +477,7 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
             raise _InfraFault("oom", msg) from exc
         raise _ProblemFault(msg) from exc
     info.update(reused=entry is not None, s=round(time.perf_counter() - t_ref, 3))
-    state.update(ref_mod=mod, ref_model=inst.model, init=inst.init_inputs, dtype=inst.dtype,
+    state.update(ref_mod=mod, ref_model=inst.model, init=inst.init_inputs, dtype=inst.dtype, null=nulls,
                  atol=settings["atol"], rtol=settings["rtol"], trials=trials, mode=settings["mode"], timing=timing)
     d["tolerance"] = {"atol": settings["atol"], "rtol": settings["rtol"], "dtype": settings["dtype"]}
     d["mode"] = settings["mode"]
@@ -471,11 +488,13 @@ class _Cached:
     """One problem's reference outputs (on the host), the prints of the inputs they were computed from,
     and the prints of the outputs taken where they were computed (``digest``: their hash)."""
 
-    def __init__(self, refs: list, final_ref: list | None, input_prints: list, ref_prints: list) -> None:
+    def __init__(self, refs: list, final_ref: list | None, input_prints: list, ref_prints: list,
+                 nulls: list | None = None) -> None:
         from kernellab.problem import content_hash
 
         self.refs, self.final_ref, self.input_prints, self.ref_prints = refs, final_ref, input_prints, ref_prints
-        self.digest = content_hash(repr((input_prints, ref_prints)))
+        self.nulls = list(nulls or [])
+        self.digest = content_hash(repr((input_prints, ref_prints, self.nulls)))
         self.nbytes = sum(t.numel() * t.element_size() for ts in refs + [final_ref or []] for t in ts)
 
     def intact(self, dev: torch.device) -> bool:
@@ -509,8 +528,8 @@ class _References:
         self._entries.pop(key, None)
 
     def put(self, key: str, refs: list, final_ref: list | None, input_prints: list, ref_prints: list,
-            cap: int) -> _Cached | None:
-        entry = _Cached(refs, final_ref, input_prints, ref_prints)
+            cap: int, nulls: list | None = None) -> _Cached | None:
+        entry = _Cached(refs, final_ref, input_prints, ref_prints, nulls)
         self._entries.pop(key, None)
         if entry.nbytes > cap:
             return None
@@ -689,7 +708,7 @@ def _trials(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict, first_
             _sync(dev)
             windows.append((t_read, time.time()))
         w.unread()
-    null = judge_null(state["trials"], state["atol"], state["rtol"], per_trial)
+    null = judge_null(state["null"], state["atol"], state["rtol"], per_trial)
     if null:  # the problem's fault, not the candidate's: judged when the candidate passed every trial
         raise _ProblemFault(f"{job['problem'].label}: {null} (instance: {d.get('instance', {}).get('text')})")
     state["forward_s"] = forward_s

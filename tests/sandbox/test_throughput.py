@@ -218,3 +218,24 @@ def test_rwlock_lets_readers_that_waited_go_before_the_next_writer():
     # the timings still have the GPU alone, one at a time, and the trials that waited go between them
     assert order[0] == "w1" and set(order[1:3]) == {"r1", "r2"} and order[3] == "w2", order
     assert lock.state == (0, False, 0)
+
+
+def test_a_running_job_hands_back_what_its_measured_need_leaves_of_its_grant():
+    from kernellab.sandbox._gpu import MemoryBudget, measured_need
+
+    b = MemoryBudget(1000)
+    first = b.admit(800)  # admitted at twice the meta device's estimate: no peak measured yet
+    got: list[int] = []
+    t = threading.Thread(target=lambda: got.append(b.admit(500)[0]))
+    t.start()
+    time.sleep(0.1)
+    assert got == []  # 800 + 500 > 1000
+    held = b.shrink(first[0], 300)  # its reference peak measured: it needs 300
+    t.join(5)
+    assert held == 300 and got == [500] and b.used == 800
+    assert b.shrink(held, 400) == 300  # a grant only shrinks
+    b.release(held)
+    b.release(500)
+    assert b.used == 0
+    # what a job of a problem with a measured reference peak is admitted with, and capped at
+    assert measured_need(1 << 30) == 2 * (1 << 30) + (1 << 30) + (256 << 20)
