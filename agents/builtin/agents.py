@@ -17,6 +17,8 @@
 from __future__ import annotations
 
 import re
+import threading
+from concurrent.futures import Future
 from typing import Any
 
 from kernellab.problem import Problem
@@ -61,6 +63,13 @@ def _needs_ieee(problem: Problem, b: Built) -> bool:
     return any(g.kind == "gemm" and _precision(problem, b, g) == "ieee" for g in b.groups)
 
 
+def _resolve(fut: Future, fn: Any, problem: Problem, kwargs: dict) -> None:
+    try:
+        fut.set_result(fn(problem, **kwargs))
+    except BaseException as exc:  # the code step raises it, as it would have raised it itself
+        fut.set_exception(exc)
+
+
 def seed(problem: Problem) -> list[Code]:
     """The fused Triton baseline; when a float32 GEMM must use IEEE dots (neither TF32 nor 3xTF32 fits
     the tolerances) also the cuBLAS-GEMM + fused-epilogue variant (cuBLAS fp32 beats an FMA-unit
@@ -85,6 +94,26 @@ class BuiltinAgents:
 
     def __init__(self, inductor: dict | None = None) -> None:
         self.inductor = inductor
+        self._seeds: dict[str, Future] = {}
+        self._seeds_lock = threading.Lock()
+
+    def prefetch(self, problems: list[Problem]) -> None:
+        """Start the Inductor seeds' torch.compile now (a child process each, see ``inductor.py``), so
+        that the 20-30 s compile runs while the campaign profiles the reference and plans, not after:
+        ``code`` then waits only for what is left of it."""
+        if self.inductor is not None:
+            for p in problems:
+                self._seed(p)
+
+    def _seed(self, problem: Problem) -> Future:
+        with self._seeds_lock:
+            fut = self._seeds.get(problem.id)
+            if fut is None:
+                fut = self._seeds[problem.id] = Future()
+                # a daemon thread: an interrupted campaign does not wait for a compile nobody will read
+                threading.Thread(target=_resolve, args=(fut, inductor_seed, problem, self.inductor), daemon=True,
+                                 name=f"kernellab-inductor-{problem.name}"[:60]).start()
+        return fut
 
     # -- plan -------------------------------------------------------------------------------------
     def plan(self, problem: Problem, tree: list[dict], k: int, reference: dict) -> list[Proposal]:
@@ -134,7 +163,13 @@ class BuiltinAgents:
         if (proposal.action or {}).get("kind") == INDUCTOR_ACTION:
             if self.inductor is None:
                 raise ValueError("the Inductor seed is off for these agents")
-            return inductor_seed(problem, **self.inductor)
+            fut = self._seed(problem)
+            try:
+                return fut.result()
+            finally:
+                with self._seeds_lock:  # asked again (a resumed code step): compiled again
+                    if self._seeds.get(problem.id) is fut:
+                        del self._seeds[problem.id]
         acts = _actions_of(parent)
         if acts is None:
             raise ValueError("the parent is not a builtin candidate (no action list to replay)")

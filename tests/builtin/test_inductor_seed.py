@@ -231,3 +231,16 @@ def test_the_flag_turns_the_seed_on_and_off() -> None:
     assert agents(inductor_seed=False).inductor is None
     out = CliRunner().invoke(main, ["run", "--help"]).output
     assert "--inductor-seed / --no-inductor-seed" in out
+
+
+@cpu_only
+def test_the_seed_is_compiled_ahead_when_prefetched() -> None:
+    from kernellab.agents.builtin.inductor import inductor_proposal
+
+    problem = load_problem(LINEAR_RELU)
+    agents = BuiltinAgents(inductor={"device": "cpu", "small": True})
+    agents.prefetch([problem])
+    fut = agents._seeds[problem.id]  # started before any plan or code step asked for it
+    code = agents.code(problem, inductor_proposal(), None)
+    assert fut.done() and code is fut.result() and code.origin == "inductor"
+    assert problem.id not in agents._seeds  # a later ask compiles anew (a resumed code step)
