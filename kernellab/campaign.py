@@ -239,9 +239,14 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     warm = getattr(executor, "warm", None)  # Executor.warm; a duck-typed executor may lack it
     if warm is not None:
         warm(device)  # the workers start while the campaign plans and codes
+    fresh = [p for pid, p in problems.items() if not store.candidates(camp["id"], pid)]
     prefetch = getattr(agents, "prefetch", None)  # the builtin agents' Inductor seeds, for problems not begun
     if prefetch is not None:
-        prefetch([p for pid, p in problems.items() if not store.candidates(camp["id"], pid)])
+        prefetch(fresh)
+    prepare = getattr(executor, "prepare", None)  # LocalExecutor.prepare: reference and baseline ahead
+    if prepare is not None and device == "cuda":
+        for p in fresh:
+            prepare(p, small=config.small, device=device, trials=config.trials, store=store)
     ctx = _context(store, camp, config, problems, agents, executor, device, progress)
     if progress is not None:
         progress.update(campaign=camp["name"], problems_total=len(problems), budget_candidates=config.budget,

@@ -104,7 +104,11 @@ class EvalJob:
 
     ``retime``: a winner's re-timing, whose printed speedups must be same-job ratios: on CUDA the
     job compiles the reference with torch.compile itself (before the candidate is loaded) and times
-    it interleaved with the candidate and eager; the cached baseline is neither read nor written."""
+    it interleaved with the candidate and eager; the cached baseline is neither read nor written.
+
+    ``prepare``: no candidate (``source`` is not read): the job computes the problem's reference outputs
+    (kept by its worker) and, on CUDA, the torch.compile baseline, ahead of the campaign's first
+    evaluations (:meth:`LocalExecutor.prepare`); its result (``details.prepared``) is not a verdict."""
 
     problem: Problem
     source: str
@@ -119,6 +123,7 @@ class EvalJob:
     timing_target_ms: float | None = None
     stop_above_ms: float | None = None
     retime: bool = False
+    prepare: bool = False
 
 
 def check_job(job: EvalJob, closed: bool) -> None:
@@ -304,18 +309,19 @@ def host_workers_per_gpu(ncpu: int, ngpus: int) -> int:
 
 
 def reference_cache_bytes(workers: int, total: int | None = None) -> int:
-    """Host memory each worker may keep reference outputs in between jobs: a quarter of the host's memory
-    shared among the pool, at most ``REF_CACHE_MAX``."""
+    """Host memory each worker may keep reference outputs in between jobs: half the host's memory shared
+    among the pool, at most ``REF_CACHE_MAX`` (a job holds its reference outputs on the host anyway; this
+    is what stays between jobs)."""
     if total is None:
         try:
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError, AttributeError):
             total = 0
-    return int(min(REF_CACHE_MAX, total // (4 * max(1, workers))))
+    return int(min(REF_CACHE_MAX, total // (2 * max(1, workers))))
 
 
 MAX_WORKERS_PER_GPU = 8
-REF_CACHE_MAX = 8 * GIB
+REF_CACHE_MAX = 16 * GIB
 _SENTINEL = object()
 # consecutive failed worker starts on one device after which the executor stops trying there
 BREAKER_FAILURES = 3
@@ -418,8 +424,8 @@ class LocalExecutor(Executor):
         self.max_jobs_per_worker = max_jobs_per_worker
         self.cpu_memory_gb = cpu_memory_gb
         # the host memory each worker may keep reference outputs in across jobs (0: none)
-        self.ref_cache_bytes = reference_cache_bytes(self.workers_per_gpu * max(1, len(self._gpus)) + self.cpu_workers) \
-            if ref_cache_bytes is None else int(ref_cache_bytes)
+        pool = self.workers_per_gpu * len(self._gpus) if self._gpus else self.cpu_workers
+        self.ref_cache_bytes = reference_cache_bytes(pool) if ref_cache_bytes is None else int(ref_cache_bytes)
         env_bytes = os.environ.get("KERNELLAB_GPU_BYTES")
         if gpu_bytes is None and env_bytes:
             try:
@@ -547,6 +553,13 @@ class LocalExecutor(Executor):
                 yield gate
             finally:
                 gate.close()
+
+    def prepare(self, problem: Problem, *, small: bool | None = None, device: str | None = None, trials: int = 5,
+                store: Any = None) -> cf.Future:
+        """Compute ``problem``'s reference outputs (kept by the worker that runs it) and its torch.compile
+        baseline (cached for every later job) in a job of their own, now: a campaign calls this as it
+        starts, so its first evaluations neither compile the baseline nor wait for it."""
+        return self.submit(EvalJob(problem, "", small=small, device=device, trials=trials, store=store, prepare=True))
 
     def warm(self, device: str | None = None) -> None:
         """Start ``device``'s workers now, without waiting for them (a campaign calls this as it starts,
@@ -783,7 +796,7 @@ class LocalExecutor(Executor):
                    "small": job.small, "trials": job.trials, "timing": job.timing, "need_baseline": need,
                    "max_jobs": self.max_jobs_per_worker, "timing_target_ms": job.timing_target_ms,
                    "stop_above_ms": job.stop_above_ms, "time_compile": bool(job.retime), "gpu_grant_bytes": grant,
-                   "poison_cap": min(POISON_CAP, grant // 8) if grant else POISON_CAP,
+                   "poison_cap": min(POISON_CAP, grant // 8) if grant else POISON_CAP, "prepare_only": job.prepare,
                    # a re-timing's printed numbers come from reference outputs computed in its own job
                    "reuse_reference": not job.retime, "ref_cache_bytes": self.ref_cache_bytes,
                    "ref_digest": None if job.retime else w.ref_digests.get(

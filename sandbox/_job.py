@@ -244,6 +244,8 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
         elif job.get("time_compile") and w.device_kind == "cuda" and job.get("timing", True):
             w.phase("baseline")
             _compile_reference(w, state, d)
+        if job.get("prepare_only"):  # the reference and the baseline were the point: no candidate
+            raise _Prepared()
         phase = "load"
         w.read()  # the baseline's timing gave it up
         w.regrant(job.get("gpu_grant_bytes"))
@@ -279,6 +281,9 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
             w.phase("kernel_share")
             _kernel_share(w, state, model, d, r)
         r["status"] = "correct"
+    except _Prepared:
+        r["status"] = "correct"
+        d["prepared"] = True
     except _LoadError as exc:
         r.update(status="compile_error", error_class=exc.error_class, error_text=str(exc))
     except Rejected as exc:
@@ -331,6 +336,10 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
     if r["error_text"]:
         r["error_text"] = truncate(r["error_text"])
     return r, restart
+
+
+class _Prepared(Exception):
+    """A ``prepare`` job is done once its reference (and baseline) ran."""
 
 
 class _LoadError(Exception):

@@ -104,8 +104,8 @@ def test_pool_is_sized_to_the_host_not_to_the_jobs():
     assert host_workers_per_gpu(16, 1) == 8  # the H200 host: 16 cores, one GPU
     assert host_workers_per_gpu(32, 2) == 8
     assert host_workers_per_gpu(2, 1) == 1
-    assert reference_cache_bytes(8, total=128 << 30) == 4 << 30
-    assert reference_cache_bytes(1, total=1 << 40) == 8 << 30  # capped
+    assert reference_cache_bytes(8, total=128 << 30) == 8 << 30  # the H200 host's pool of 8
+    assert reference_cache_bytes(1, total=1 << 40) == 16 << 30  # capped
 
 
 class _Holder:
@@ -239,3 +239,16 @@ def test_a_running_job_hands_back_what_its_measured_need_leaves_of_its_grant():
     assert b.used == 0
     # what a job of a problem with a measured reference peak is admitted with, and capped at
     assert measured_need(1 << 30) == 2 * (1 << 30) + (1 << 30) + (256 << 20)
+
+
+def test_a_prepare_job_computes_the_reference_ahead_of_the_first_evaluation():
+    p = _problem("prepare")
+    ex = LocalExecutor(cpu_workers=1)
+    try:
+        ready = ex.prepare(p, trials=2).result()
+        assert ready["details"].get("prepared") is True and _ref(ready)["reused"] is False
+        assert ready["median_ms"] is None and "trials" not in ready["details"]  # no candidate was run
+        first = evaluate(p, RELU, trials=2, executor=ex)
+        assert first["status"] == "correct" and _ref(first)["reused"] is True, first["error_text"]
+    finally:
+        ex.shutdown()
