@@ -82,8 +82,10 @@ class Progress:
             self._live.__exit__(None, None, None)
             self._live = None
 
-    def seed(self, store: Any, campaign_id: str, elapsed_before: float = 0.0) -> None:
-        """Counts of the work done before this session, so that a resumed campaign's panel starts from them."""
+    def seed(self, store: Any, campaign_id: str, elapsed_before: float = 0.0, problem: str = "",
+             resumed: bool | str = False) -> None:
+        """Counts of the work done before this session, so that a resumed campaign's panel starts from them,
+        and one line saying where it goes on (the first step of a resume may take a while to report)."""
         evals = [e for e in store.evaluations(campaign_id=campaign_id) if e["kind"] == "full"]
         with self._lock:
             s = self.stats
@@ -92,7 +94,14 @@ class Progress:
             s.interpreted = any(e["interpreted"] for e in evals)
             s.problems_done = len({e["payload"].get("problem_id") for e in store.events(campaign_id, "stop")})
             s.elapsed_before = float(elapsed_before or 0.0)
+            s.problem = problem or s.problem
         self._refresh()
+        if resumed == "done":
+            self.note(f"resumed: finished before ({s.evaluated} evaluated); only missing re-timings are done")
+        elif resumed:
+            where = f"problem {s.problem} ({min(s.problems_done + 1, s.problems_total)}/{s.problems_total})" \
+                if s.problem else f"{s.problems_done}/{s.problems_total} problems done"
+            self.note(f"resumed: {s.evaluated} evaluated before; going on with {where}")
 
     def update(self, **kw: object) -> None:
         with self._lock:

@@ -39,13 +39,18 @@ def print_campaigns(rows: list[dict]) -> None:
     for col in ("id", "name", "status", "created", "device"):
         t.add_column(col, overflow="fold")  # ids and names whole, folded at worst, never cut
     for r in rows:
-        t.add_row(r["id"], r["name"], r["status"], r["created_at"][:19], r["device"] or "")
+        t.add_row(r["id"], r["name"], status_text(r), r["created_at"][:19], r["device"] or "")
     console.print(t)
+
+
+def status_text(camp: dict) -> str:
+    """A campaign's status; a ``running`` one whose process is gone (``campaign.is_stale``) says so."""
+    return "running (stale: no process)" if camp.get("stale") else camp["status"]
 
 
 def print_summary(s: dict) -> None:
     c = s["campaign"]
-    console.print(f"[bold]{c['name']}[/] ({c['id']}) status={c['status']} device={c['device']}")
+    console.print(f"[bold]{c['name']}[/] ({c['id']}) status={status_text(c)} device={c['device']}")
     console.print(f"candidates {s['candidates']}, evaluations {s['evaluations']}, "
                   f"statuses {s['statuses'] or '{}'}, LLM calls {s['llm']['calls']} "
                   f"(${s['llm']['cost_usd']:.2f})")
