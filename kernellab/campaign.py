@@ -329,8 +329,9 @@ def _invoke(graph: Any, ctx: Context, campaign_id: str, problem_ids: list[str], 
         ids = values.get("problem_ids") or problem_ids
         index = values.get("index", 0)
         # the graph names a problem only when its select node runs, which a resume mid-step reaches late
-        name = ctx.problems[ids[index]].name if index < len(ids) and ids[index] in ctx.problems else ""
-        progress.seed(ctx.store, campaign_id, elapsed_before=values.get("elapsed_s", 0.0), problem=name,
+        pid = ids[index] if index < len(ids) and ids[index] in ctx.problems else None
+        progress.seed(ctx.store, campaign_id, elapsed_before=values.get("elapsed_s", 0.0),
+                      problem=ctx.problems[pid].name if pid else "", problem_id=pid,
                       resumed="done" if values.get("done") and not snap.next else bool(values))
     if snap.values.get("done") and not snap.next:
         return  # finished before: nothing to do

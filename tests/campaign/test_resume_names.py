@@ -101,3 +101,17 @@ def test_second_run_with_the_same_name(tmp_path: Path) -> None:
     with pytest.raises(CampaignError, match=r"^campaign 'mine' in .* ran other problems"):
         kernellab.run(str(ROOT / "tests" / "agents" / "affine_problem.py"), db=str(db), name="mine", **TINY)
     assert [c["name"] for c in store.list_campaigns()] == ["mine"]
+
+
+def test_budget_left_counts_what_the_budget_counts() -> None:
+    store = Store(":memory:")
+    pid = store.add_problem(load_problem(KB_GEMM))
+    cid = store.create_campaign("c", {"budget": 6}, "cpu", {})
+    for i in range(4):
+        store.add_candidate(cid, pid, f"# candidate {i}\n", origin="builtin", action=f"a{i}")
+    p = Progress(enabled=False)
+    p.update(problems_total=2, budget_candidates=6, in_flight=2)
+    p.seed(store, cid, problem="gemm", problem_id=pid, resumed=True)  # a resume: written before count
+    assert p.stats.budget_left() == "2 of 6 candidates for this problem (4 written, 2 of them in flight)"
+    p.update(problems_done=2)  # a finished campaign has nothing left to spend, not its whole budget
+    assert p.stats.budget_left() == "none needed, every problem is done"
