@@ -91,7 +91,8 @@ def markdown(res: dict) -> str:
         t, c = m.get("timing") or {}, m.get("check")
         ok = "no kernel patched" if c is None else ("yes" if c["ok"] else "NO")
         patched = m.get("patched_share", m["covered_share"] or 0.0)  # results written before patched_share existed
-        lines.append(f"| {m['name']} | {ok} | {patched:.0%} | {'-' if m['covered_share'] is None else format(m['covered_share'], '.0%')} | {fm(t, 'eager')} | {fm(t, 'patched')} | "
+        ours = "-" if m["covered_share"] is None else f"{m['covered_share']:.0%}"  # None: interpreted
+        lines.append(f"| {m['name']} | {ok} | {patched:.0%} | {ours} | {fm(t, 'eager')} | {fm(t, 'patched')} | "
                      f"{fm(t, 'compile')} | {fx(t.get('speedup_vs_eager'))} | {fx(t.get('speedup_vs_compile'))} |")
     s = res["summary"]
     n = len(res["models"])
