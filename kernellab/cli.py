@@ -553,7 +553,7 @@ def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None
     if as_json:
         click.echo(json.dumps({**result, "files": [str(jpath), str(mpath)]}, indent=2, default=str))
     else:
-        views.console.print(mpath.read_text())
+        views.console.print(mpath.read_text(), markup=False, highlight=False, soft_wrap=True)  # the page as written
         views.console.print(f"results: {jpath} and {mpath}")
     sys.exit(EXIT_OK if result["summary"]["correct"] else EXIT_FAILED)
 

@@ -4,11 +4,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.syntax import Syntax
 from rich.table import Table
 
-console = Console()
+PIPE_WIDTH = 10_000  # off a terminal: as wide as any line we print, so that nothing is folded or cut
+
+
+class _Console(Console):
+    """A console that, off a terminal (a pipe, a file), is as wide as its lines: rich assumes 80 columns there,
+    which cut `show`'s source, split `optimize`'s words into 11-line cells and `lineage`'s actions to 9
+    characters. Decided at each print, since the same process may print to a terminal and to a pipe."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        return size if self.is_terminal or self._width is not None else ConsoleDimensions(PIPE_WIDTH, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)
+
+
+console = _Console()
 
 
 def fmt_x(v: float | None) -> str:
@@ -112,7 +130,10 @@ def print_candidate(obj: dict, source: bool = True) -> None:
                 mt.add_row(m["kernel"][:40], m["name"], f"{m['value']:.4g}")
             console.print(mt)
     if source:
-        console.print(Syntax(c["source"], "python", line_numbers=True))
+        if console.is_terminal:
+            console.print(Syntax(c["source"], "python", line_numbers=True))
+        else:  # the file as it is (Syntax pads every line to the console's width)
+            console.print(c["source"], markup=False, highlight=False, soft_wrap=True, end="")
 
 
 def print_lineage(steps: list[dict]) -> None:
