@@ -18,8 +18,12 @@ export PYTHONUNBUFFERED := 1
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# pip -q says nothing for minutes: one line per step says what is under way and for how long
+	@echo "kernellab: building $(VENV) (a few minutes, once)"
 	$(PY) -m pip install -q --upgrade pip
+	@$(PY) -c "import torch" 2>/dev/null || echo "kernellab: installing $(TORCH_SPEC) (about 2 minutes)"
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	@echo "kernellab: installing triton, numpy and kernellab with its dev extras"
 	$(PY) -m pip install -q "$(TRITON_SPEC)" "$(NUMPY_SPEC)" -e ".[dev]"
 	touch $@
 

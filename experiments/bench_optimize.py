@@ -90,8 +90,9 @@ def markdown(res: dict) -> str:
             continue
         t, c = m.get("timing") or {}, m.get("check")
         ok = "no kernel patched" if c is None else ("yes" if c["ok"] else "NO")
-        patched = m.get("patched_share", m["covered_share"])  # results written before patched_share existed
-        lines.append(f"| {m['name']} | {ok} | {patched:.0%} | {m['covered_share']:.0%} | {fm(t, 'eager')} | {fm(t, 'patched')} | "
+        patched = m.get("patched_share", m["covered_share"] or 0.0)  # results written before patched_share existed
+        ours = "-" if m["covered_share"] is None else f"{m['covered_share']:.0%}"  # None: interpreted
+        lines.append(f"| {m['name']} | {ok} | {patched:.0%} | {ours} | {fm(t, 'eager')} | {fm(t, 'patched')} | "
                      f"{fm(t, 'compile')} | {fx(t.get('speedup_vs_eager'))} | {fx(t.get('speedup_vs_compile'))} |")
     s = res["summary"]
     n = len(res["models"])
@@ -172,7 +173,7 @@ def write(args: argparse.Namespace, device: str, now: dt.datetime, models: list[
     summary = {"correct": sum(1 for m in ok if m["check"] is not None and m["check"]["ok"]),
                "unpatched": sum(1 for m in ok if m["check"] is None),
                "ge_1_1x_vs_compile": sum(1 for m in ok if (m.get("timing") or {}).get("speedup_vs_compile", 0) >= 1.1
-                                         and m["check"] and m["check"]["ok"] and m["covered_share"] > 0.5),
+                                         and m["check"] and m["check"]["ok"] and (m["covered_share"] or 0.0) > 0.5),
                "covered_share": {m["name"]: m["covered_share"] for m in ok}}
     res = {"date": now.isoformat(timespec="seconds"), "device": env.device_name(device), "versions": env.versions(device),
            "commit": env.git_commit(), "budget": args.budget, "time_budget_s": args.time_budget,

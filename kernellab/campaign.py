@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import os
 import socket
 import sqlite3
@@ -26,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 from kernellab import _interrupt, env
 from kernellab.problem import Problem, ProblemError, load_problem
 from kernellab.small import instance_sizes, small_fault, small_overrides
-from kernellab.vocab import DEFAULT_OBJECTIVE, OBJECTIVES, Kind
+from kernellab.vocab import DEFAULT_OBJECTIVE, OBJECTIVES, Kind, canonical_json
 
 if TYPE_CHECKING:
     from kernellab.agents.graph import Context
     from kernellab.store import BaseStore
 
 __all__ = ["CampaignConfig", "TUNE_TRIALS_MIN", "TUNE_TRIALS_MAX", "check_campaign", "start_campaign", "run_campaign",
-           "resume_campaign", "CampaignError", "CampaignBusy", "campaign_lock", "retime_winners", "run", "step_times",
+           "resume_campaign", "CampaignError", "CampaignBusy", "campaign_lock", "is_held", "is_stale", "retime_winners", "run", "step_times",
            "step_times_line", "format_step_times", "mark_stopped", "mark_stopped_here"]
 
 
@@ -332,7 +333,14 @@ def _invoke(graph: Any, ctx: Context, campaign_id: str, problem_ids: list[str], 
     run_cfg = {"configurable": {"thread_id": campaign_id}, "recursion_limit": 100_000}
     snap = graph.get_state(run_cfg)
     if progress is not None and hasattr(progress, "seed"):  # a resumed campaign's counts start from its past
-        progress.seed(ctx.store, campaign_id, elapsed_before=(snap.values or {}).get("elapsed_s", 0.0))
+        values = snap.values or {}
+        ids = values.get("problem_ids") or problem_ids
+        index = values.get("index", 0)
+        # the graph names a problem only when its select node runs, which a resume mid-step reaches late
+        pid = ids[index] if index < len(ids) and ids[index] in ctx.problems else None
+        progress.seed(ctx.store, campaign_id, elapsed_before=values.get("elapsed_s", 0.0),
+                      problem=ctx.problems[pid].name if pid else "", problem_id=pid,
+                      resumed="done" if values.get("done") and not snap.next else bool(values))
     if snap.values.get("done") and not snap.next:
         return  # finished before: nothing to do
     if snap.values:
@@ -532,7 +540,7 @@ def campaign_lock(store: Any, campaign_id: str, name: str | None = None) -> Iter
         return
     import fcntl
 
-    path = Path(f"{Path(store.path).resolve()}.{campaign_id}.lock")
+    path = _lock_path(store, campaign_id)
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -562,6 +570,38 @@ def campaign_lock(store: Any, campaign_id: str, name: str | None = None) -> Iter
         except FileNotFoundError:
             pass
         os.close(fd)  # releases the flock
+
+
+def _lock_path(store: Any, campaign_id: str) -> Path:
+    return Path(f"{Path(store.path).resolve()}.{campaign_id}.lock")
+
+
+def is_held(store: Any, campaign_id: str) -> bool:
+    """Whether some process holds :func:`campaign_lock` for the campaign now (runs or re-times it)."""
+    if getattr(store, "memory", False) or str(getattr(store, "path", ":memory:")) == ":memory:":
+        with _HELD_LOCK:
+            return any(cid == campaign_id for _, cid in _HELD)
+    import fcntl
+
+    try:
+        # no O_CREAT: a missing file is a free lock, and a reader must not leave files behind
+        fd = os.open(_lock_path(store, campaign_id), os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        # a shared probe, let go at once: a run starting in that instant is refused as busy, never two run
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases the probe
+    return False
+
+
+def is_stale(store: Any, camp: dict) -> bool:
+    """A campaign marked ``running`` whose process is gone (``kill -9``, a crash, a lost machine): its
+    lock is free. Such a campaign goes on with ``kernellab resume``."""
+    return camp.get("status") == "running" and not is_held(store, camp["id"])
 
 
 # -- where a campaign's time went -------------------------------------------------------------------
@@ -731,6 +771,46 @@ def _band(result: dict) -> dict:
     return band
 
 
+def problems_to_run(problem: Any, example_inputs: list | tuple | None, model_name: str | None) -> list[Problem]:
+    """:func:`run`'s ``problem`` as Problems; a model is named ``model_name`` (``problem_name=``, else the
+    campaign's ``name=``, which is the name the user gave it), else after its class."""
+    import torch
+
+    items = list(problem) if isinstance(problem, (list, tuple)) else [problem]
+    problems: list[Problem] = []
+    for item in items:
+        if isinstance(item, Problem):
+            problems.append(item)
+        elif isinstance(item, torch.nn.Module):
+            if example_inputs is None:
+                raise CampaignError("a model needs example_inputs (a list of its forward's arguments)")
+            problems.append(Problem.from_module(item, example_inputs, name=model_name or type(item).__name__))
+        elif isinstance(item, (str, os.PathLike)):
+            problems.append(load_problem(item))
+        else:
+            raise CampaignError(f"cannot run a {type(item).__name__}: give a file path, a Problem or a torch.nn.Module")
+    return problems
+
+
+def _same_campaign(store: Any, name: str, config: CampaignConfig, problems: list[Problem]) -> str | None:
+    """The id of the campaign called ``name`` when it is this run's (same problems and settings), to go on
+    with; None when there is none; a one-line :class:`CampaignError` when that name holds another."""
+    camp = store.get_campaign(name)
+    if camp is None or camp["name"] != name:  # get_campaign also matches ids and id prefixes
+        return None
+    old = camp["config"]
+    if sorted(old.get("problem_ids") or []) != sorted(p.id for p in problems):
+        raise CampaignError(f"campaign {name!r} in {store.path} ran other problems (another model, weights or file): "
+                            "give another name=, or read its winner with kernellab.load_best")
+    new = json.loads(canonical_json(asdict(config)))  # as stored: tuples are lists there
+    differ = [k for k in new if k != "problems" and k in old and old[k] != new[k]]
+    if differ:
+        raise CampaignError(f"campaign {name!r} in {store.path} has other settings ("
+                            + ", ".join(f"{k} {old[k]!r}, not {new[k]!r}" for k in differ)
+                            + "): give another name=, or the same settings to go on with it")
+    return camp["id"]
+
+
 def run(problem: Any, example_inputs: list | tuple | None = None, *, db: str = "kernellab.db",
         name: str | None = None, progress: bool = False, executor: Any = None, **options: Any) -> dict:
     """Start a campaign and run it to the end of its budget: the Python form of ``kernellab run``.
@@ -741,32 +821,27 @@ def run(problem: Any, example_inputs: list | tuple | None = None, *, db: str = "
     (``budget=``, ``llm=``, ``device=``, ...). Returns the store's summary of the campaign (its
     ``campaign`` row, ``best`` per problem, ...) and ``stops`` (problem -> why it stopped);
     ``kernellab.load_best(db, summary["campaign"]["name"])``
-    then gives the winner. Raises ``ProblemError``/``CampaignError`` (one line) on bad input."""
-    import torch
-
+    then gives the winner. A ``name=`` that exists in ``db`` with the same problems and settings goes on with
+    that campaign (a finished one returns its summary at once); with others it is a ``CampaignError``.
+    Raises ``ProblemError``/``CampaignError`` (one line) on bad input."""
     from kernellab.store import Store
 
     problem_name = options.pop("problem_name", None)
     unknown = sorted(set(options) - set(CampaignConfig.__dataclass_fields__) - {"problems"})
     if unknown:
         raise CampaignError(f"unknown option(s) {', '.join(unknown)}; the options are the fields of CampaignConfig")
-    items = list(problem) if isinstance(problem, (list, tuple)) else [problem]
-    problems: list[Problem] = []
-    for item in items:
-        if isinstance(item, Problem):
-            problems.append(item)
-        elif isinstance(item, torch.nn.Module):
-            if example_inputs is None:
-                raise CampaignError("a model needs example_inputs (a list of its forward's arguments)")
-            problems.append(Problem.from_module(item, example_inputs, name=problem_name or type(item).__name__))
-        elif isinstance(item, (str, os.PathLike)):
-            problems.append(load_problem(item))
-        else:
-            raise CampaignError(f"cannot run a {type(item).__name__}: give a file path, a Problem or a torch.nn.Module")
+    problems = problems_to_run(problem, example_inputs, problem_name or name)
     config = CampaignConfig(problems=[p.path or p.label for p in problems], **options)
     check_campaign(config, problems=problems)
     store = Store(db)
-    cid = start_campaign(store, config, name=name, problems=problems)
+    cid = _same_campaign(store, name, config, problems) if name else None
+    if cid is None:
+        cid = start_campaign(store, config, name=name, problems=problems)
+    elif store.get_campaign(cid)["status"] == "done":
+        progress = False  # nothing to run: its summary as it stands
+        summary = store.summary(cid)
+        summary["stops"] = {e["payload"].get("problem"): e["payload"].get("reason") for e in store.events(cid, "stop")}
+        return summary
     if not progress:
         summary = run_campaign(store, cid, executor=executor)
     else:

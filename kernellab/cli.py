@@ -58,7 +58,16 @@ def _store(db: str, must_exist: bool = True):
     return Store(db)
 
 
-db_option = click.option("--db", default="kernellab.db", show_default=True, metavar="FILE",
+def resume_hint(name: str, db: str) -> str:
+    """The command that goes on with campaign ``name``: with the ``--db`` it lives in, unless the default."""
+    import shlex
+
+    cmd = f"kernellab resume {name if name == 'NAME' else shlex.quote(name)}"
+    return f"`{cmd}`" if db == DEFAULT_DB else f"`{cmd} --db {shlex.quote(db)}`"
+
+
+DEFAULT_DB = "kernellab.db"
+db_option = click.option("--db", default=DEFAULT_DB, show_default=True, metavar="FILE",
                          help="The SQLite store.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
 
@@ -90,16 +99,24 @@ def main() -> None:
 def status(campaign: str | None, db: str, as_json: bool) -> None:
     """Campaigns in the store, or one CAMPAIGN's summary (best per problem, statuses, LLM cost)."""
     from . import views
+    from .campaign import is_stale
 
     store = _store(db)
     if campaign is None:
-        rows = store.list_campaigns()
+        rows = [{**r, "stale": is_stale(store, r)} for r in store.list_campaigns()]
         emit(rows, as_json, views.print_campaigns)
+        if any(r["stale"] for r in rows) and not as_json:
+            click.echo("stale: marked running, but no process holds it (killed or crashed); "
+                       f"{resume_hint('NAME', db)} goes on", err=True)
         return
     camp = store.get_campaign(campaign)
     if camp is None:
         raise UsageFailure(f"no campaign {campaign!r} in {db}")
-    emit(store.summary(camp["id"]), as_json, views.print_summary)
+    summary = store.summary(camp["id"])
+    summary["campaign"]["stale"] = is_stale(store, summary["campaign"])
+    emit(summary, as_json, views.print_summary)
+    if summary["campaign"]["stale"] and not as_json:
+        click.echo(f"its process is gone (killed or crashed): {resume_hint(camp['name'], db)} goes on", err=True)
 
 
 @main.command()
@@ -268,7 +285,7 @@ def _interruptible(fn: Callable[[], dict], store: Any, campaign_id: str, progres
         if progress is not None:
             progress.close()
         name = store.get_campaign(campaign_id)["name"]
-        click.echo(f"kernellab: interrupted; the campaign is saved: `kernellab resume {name}`", err=True)
+        click.echo(f"kernellab: interrupted; the campaign is saved: {resume_hint(name, store.path)}", err=True)
         exit_now(EXIT_FAILED)
     except Exception as exc:
         if type(exc).__name__ not in ("BudgetExceeded", "LLMUnavailable", "ReplayMiss", "SandboxUnavailable"):
@@ -276,7 +293,7 @@ def _interruptible(fn: Callable[[], dict], store: Any, campaign_id: str, progres
         if progress is not None:
             progress.close()
         name = store.get_campaign(campaign_id)["name"]
-        click.echo(f"kernellab: stopped: {exc}; the campaign is saved: `kernellab resume {name}`", err=True)
+        click.echo(f"kernellab: stopped: {exc}; the campaign is saved: {resume_hint(name, store.path)}", err=True)
         sys.exit(EXIT_FAILED)
 
 
@@ -536,7 +553,7 @@ def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None
     if as_json:
         click.echo(json.dumps({**result, "files": [str(jpath), str(mpath)]}, indent=2, default=str))
     else:
-        views.console.print(mpath.read_text())
+        views.console.print(mpath.read_text(), markup=False, highlight=False, soft_wrap=True)  # the page as written
         views.console.print(f"results: {jpath} and {mpath}")
     sys.exit(EXIT_OK if result["summary"]["correct"] else EXIT_FAILED)
 

@@ -13,8 +13,9 @@ Definitions (the page's "method" section says the same):
   the search spent (``trial`` rows included) advances n; winners' fresh-job re-timings do not (they
   check the selection). GPU-seconds are the sandbox's ``details.gpu_s``, summed.
 - **objective**: the campaign's speedup (vs eager or torch.compile). Interpreted (CPU) runs have no
-  speedup: their value is the search's surrogate ``eager_ms / median_ms`` in the interpreter, labelled
-  as such, and nothing on the page calls it a speedup.
+  speedup: their value is ``eager_ms / median_ms`` in the interpreter (curves and finals alike), labelled
+  as such, and nothing on the page calls it a speedup; their pairs are not called wins or losses
+  (interpreter timings are noise for that).
 - **final**: the run's reported best (``store.reported_best``: the winner's fresh-job re-timing), when
   it counts as a kernel win; else the last best-so-far value.
 - **normalized**: a value divided by the best any run of the comparison reached on that problem
@@ -104,12 +105,24 @@ class Run:
 # reading the store
 # ------------------------------------------------------------------------------------------------
 def _value(e: dict, objective: str) -> float | None:
-    """The objective, or on the interpreter the search's surrogate; a GPU evaluation without the
-    objective (no torch.compile timing) has no value, never the eager ratio in its place."""
+    """The objective, or on the interpreter the interpreted eager/candidate time ratio
+    (:func:`interpreted_ratio`); a GPU evaluation without the objective (no torch.compile timing) has no
+    value, never the eager ratio in its place."""
     from kernellab.search import score_of
 
+    if e.get("interpreted"):
+        return interpreted_ratio(e)
     value, surrogate = score_of(e, objective)
-    return None if surrogate and not e.get("interpreted") else value
+    return None if surrogate else value
+
+
+def interpreted_ratio(e: dict) -> float | None:
+    """``eager_ms / median_ms`` of a correct interpreted evaluation: the one value the page plots and
+    reports for it, curves and finals alike. Not the search's score, which prefers the cost model's
+    H200 estimate where one was recorded: a winner's re-timing has none, so its final (0.24) and the
+    curve (2.8-3.6 from the estimate) disagreed under one label."""
+    eager, ms = e.get("eager_ms"), e.get("median_ms")
+    return float(eager) / float(ms) if e.get("status") == "correct" and eager and ms else None
 
 
 def _prompts_of(camp: dict, calls: list[dict]) -> str | None:
@@ -328,7 +341,8 @@ def analyze(runs: list[Run], *, by: str = "strategy", tie: float = 0.01, n_boot:
                      "gpu_s": _band([[_at(p["points"], x, 1) for x in xs_t] for p in mine], xs_t),
                      "normalized": _band([[float(v) for v in p["_norm_curve"]] for p in mine], xs_n)}
         strategies.append(_strategy_row(g, mine, interpreted, n_boot, seed))
-    pairs = [_pair_row(a, b, per_run, tie, n_boot, seed) for a in groups for b in groups if a != b]
+    pairs = [_pair_row(a, b, per_run, tie, n_boot, seed, called=not interpreted)
+             for a in groups for b in groups if a != b]
     for p in per_run:
         p.pop("_norm_curve")
     label = INTERPRETED_LABEL if interpreted else " / ".join(OBJECTIVE_LABELS.get(o, o) for o in objectives)
@@ -409,12 +423,17 @@ def _strategy_row(g: str, mine: list[dict], interpreted: bool, n_boot: int, seed
         "failure_rate": sum(fails.values()) / n_eval if n_eval else None}
 
 
-def _pair_row(a: str, b: str, per_run: list[dict], tie: float, n_boot: int, seed: int) -> dict:
+def _pair_row(a: str, b: str, per_run: list[dict], tie: float, n_boot: int, seed: int, called: bool = True) -> dict:
     """Group ``a`` against ``b`` over the (problem, seed) pairs both ran: wins/ties/losses of the normalized
-    finals, their mean difference with a bootstrap interval over problems, Wilcoxon's p, the geomean ratio."""
+    finals, their mean difference with a bootstrap interval over problems, Wilcoxon's p, the geomean ratio.
+    ``called=False`` (interpreted runs): the pairs are counted, no win, loss or difference is stated."""
     ra = {(p["problem_id"], p["seed"]): p for p in per_run if p["group"] == a}
     rb = {(p["problem_id"], p["seed"]): p for p in per_run if p["group"] == b}
     keys = sorted(set(ra) & set(rb))
+    if not called:
+        return {"a": a, "b": b, "pairs": len(keys), "called": False, "wins": None, "ties": None, "losses": None,
+                "mean_diff": None, "ci": [None, None], "wilcoxon_p": None, "ratio_geomean": None,
+                "problems": len({k[0] for k in keys})}
     w = t = lo = 0
     diffs: dict[str, list[float]] = defaultdict(list)
     flat, ratios = [], []
@@ -432,7 +451,7 @@ def _pair_row(a: str, b: str, per_run: list[dict], tie: float, n_boot: int, seed
         if fa and fb and fa > 0 and fb > 0:
             ratios.append(math.log(fa / fb))
     mean, ci_lo, ci_hi = _cluster_boot(diffs, n_boot, seed)
-    return {"a": a, "b": b, "pairs": len(keys), "wins": w, "ties": t, "losses": lo,
+    return {"a": a, "b": b, "pairs": len(keys), "called": True, "wins": w, "ties": t, "losses": lo,
             "mean_diff": mean, "ci": [ci_lo, ci_hi], "wilcoxon_p": _wilcoxon(flat),
             "ratio_geomean": math.exp(sum(ratios) / len(ratios)) if ratios else None,
             "problems": len(diffs)}
@@ -478,7 +497,9 @@ def to_text(result: dict) -> str:
                      f"evals to {REACH:.0%} {_f(s['evaluations_to_95_median'])} ({s['reached_95']}/{s['runs']} reached), "
                      f"failures {s['failed']}/{s['evaluations']}")
     for p in result["pairs"]:
-        if p["a"] < p["b"]:
+        if p["a"] < p["b"] and not p["called"]:
+            lines.append(f"  {p['a']} vs {p['b']}: {p['pairs']} pairs, not called (interpreted timings)")
+        elif p["a"] < p["b"]:
             lines.append(f"  {p['a']} vs {p['b']}: {p['wins']}/{p['ties']}/{p['losses']} (win/tie/loss of "
                          f"{p['pairs']} pairs), mean diff {_f(p['mean_diff'], '+.3f')} {_ci(p['ci'])}, "
                          f"Wilcoxon p {_p(p['wilcoxon_p'])}")
@@ -597,9 +618,9 @@ def render_html(result: dict) -> str:
                       ["cells", r.get("cells")]]
     warn = ""
     if r["interpreted"]:
-        warn += ("<p class=warn>Interpreted runs (no CUDA device): values are the search's surrogate, the "
-                 "interpreted eager/candidate time ratio; <b>no speedup is claimed</b> and LLM cost per unit of "
-                 "gain is not computed.</p>")
+        warn += ("<p class=warn>Interpreted runs (no CUDA device): values are the interpreted eager/candidate "
+                 "time ratio; <b>no speedup is claimed</b>, no pair is called a win or a loss, and LLM cost per "
+                 "unit of gain is not computed.</p>")
     if len(r["objectives"]) > 1:
         warn += f"<p class=warn>The campaigns optimize different objectives: {', '.join(r['objectives'])}.</p>"
     if r.get("missing") or r.get("unfinished"):
@@ -618,16 +639,20 @@ def render_html(result: dict) -> str:
          "final geomean", "final / best (mean)", "AUC (normalized)", "AUC 95% CI", f"evals to {REACH:.0%} (median)",
          f"{'s' if r['interpreted'] else 'GPU-s'} to {REACH:.0%} (median)", f"reached {REACH:.0%}",
          "evaluations", "GPU-s" if not r["interpreted"] else "eval s"],
-        [[s["group"], s["runs"], s["problems"], ",".join(map(str, s["seeds"])), s["correct_found"],
+        # the count, then which: a lone "0" read as no seed at all
+        [[s["group"], s["runs"], s["problems"], f"{len(s['seeds'])} ({', '.join(map(str, s['seeds']))})",
+          s["correct_found"],
           _f(s["final_median"]), f"{_f(s['final_p25'])}–{_f(s['final_p75'])}", _f(s["final_geomean"]),
           _f(s["final_normalized_mean"]), _f(s["auc"]), _ci(s["auc_ci"]).replace("+", ""),
           _f(s["evaluations_to_95_median"]), _f(s["gpu_s_to_95_median"]), f"{s['reached_95']}/{s['runs']}",
           s["evaluations_spent"], _f(s["gpu_s"], ".1f")] for s in r["strategies"]])
     groups = r["groups"]
     cell = {(p["a"], p["b"]): p for p in r["pairs"]}
-    grid = [[a] + ["—" if a == b else f"{cell[(a, b)]['wins']}/{cell[(a, b)]['ties']}/{cell[(a, b)]['losses']}"
-                   for b in groups] for a in groups]
-    detail = [[p["a"], p["b"], p["pairs"], p["problems"], f"{p['wins']}/{p['ties']}/{p['losses']}",
+    def wtl(p: dict) -> str:
+        return f"{p['wins']}/{p['ties']}/{p['losses']}" if p["called"] else "not called (interpreted)"
+
+    grid = [[a] + ["—" if a == b else wtl(cell[(a, b)]) for b in groups] for a in groups]
+    detail = [[p["a"], p["b"], p["pairs"], p["problems"], wtl(p),
                _f(p["mean_diff"], "+.3f"), _ci(p["ci"]), _p(p["wilcoxon_p"]), _f(p["ratio_geomean"])]
               for p in r["pairs"] if p["a"] < p["b"]]
     sec["matrix"] = (f"<p>Row against column: wins/ties/losses over the (problem, seed) pairs both ran, on the "

@@ -43,9 +43,14 @@ class Stats:
 
     def budget_left(self) -> str:
         parts = []
+        if self.problems_total and self.problems_done >= self.problems_total:
+            return "none needed, every problem is done"
         if self.budget_candidates is not None:
+            # the budget counts candidates written (search.Budget), which a round writes before evaluating:
+            # the ones in flight say why it falls faster than the evaluations
             parts.append(f"{max(0, self.budget_candidates - self.tree_size)} of {self.budget_candidates} candidates "
-                         "for this problem")
+                         "for this problem" + (f" ({self.tree_size} written, {self.in_flight} of them in flight)"
+                                               if self.in_flight else ""))
         if self.budget_wall_s is not None:
             parts.append(f"{max(0.0, self.budget_wall_s - self.elapsed):.0f} s of {self.budget_wall_s:g} s")
         if self.budget_usd is not None:
@@ -82,8 +87,10 @@ class Progress:
             self._live.__exit__(None, None, None)
             self._live = None
 
-    def seed(self, store: Any, campaign_id: str, elapsed_before: float = 0.0) -> None:
-        """Counts of the work done before this session, so that a resumed campaign's panel starts from them."""
+    def seed(self, store: Any, campaign_id: str, elapsed_before: float = 0.0, problem: str = "",
+             resumed: bool | str = False, problem_id: str | None = None) -> None:
+        """Counts of the work done before this session, so that a resumed campaign's panel starts from them,
+        and one line saying where it goes on (the first step of a resume may take a while to report)."""
         evals = [e for e in store.evaluations(campaign_id=campaign_id) if e["kind"] == "full"]
         with self._lock:
             s = self.stats
@@ -92,7 +99,16 @@ class Progress:
             s.interpreted = any(e["interpreted"] for e in evals)
             s.problems_done = len({e["payload"].get("problem_id") for e in store.events(campaign_id, "stop")})
             s.elapsed_before = float(elapsed_before or 0.0)
+            s.problem = problem or s.problem
+            if problem_id is not None:  # the budget left counts the problem's candidates written before
+                s.tree_size = len(store.candidates(campaign_id, problem_id))
         self._refresh()
+        if resumed == "done":
+            self.note(f"resumed: finished before ({s.evaluated} evaluated); only missing re-timings are done")
+        elif resumed:
+            where = f"problem {s.problem} ({min(s.problems_done + 1, s.problems_total)}/{s.problems_total})" \
+                if s.problem else f"{s.problems_done}/{s.problems_total} problems done"
+            self.note(f"resumed: {s.evaluated} evaluated before; going on with {where}")
 
     def update(self, **kw: object) -> None:
         with self._lock:

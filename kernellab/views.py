@@ -4,11 +4,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.syntax import Syntax
 from rich.table import Table
 
-console = Console()
+PIPE_WIDTH = 10_000  # off a terminal: as wide as any line we print, so that nothing is folded or cut
+
+
+class _Console(Console):
+    """A console that, off a terminal (a pipe, a file), is as wide as its lines: rich assumes 80 columns there,
+    which cut `show`'s source, split `optimize`'s words into 11-line cells and `lineage`'s actions to 9
+    characters. Decided at each print, since the same process may print to a terminal and to a pipe."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        return size if self.is_terminal or self._width is not None else ConsoleDimensions(PIPE_WIDTH, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)
+
+
+console = _Console()
 
 
 def fmt_x(v: float | None) -> str:
@@ -39,13 +57,18 @@ def print_campaigns(rows: list[dict]) -> None:
     for col in ("id", "name", "status", "created", "device"):
         t.add_column(col, overflow="fold")  # ids and names whole, folded at worst, never cut
     for r in rows:
-        t.add_row(r["id"], r["name"], r["status"], r["created_at"][:19], r["device"] or "")
+        t.add_row(r["id"], r["name"], status_text(r), r["created_at"][:19], r["device"] or "")
     console.print(t)
+
+
+def status_text(camp: dict) -> str:
+    """A campaign's status; a ``running`` one whose process is gone (``campaign.is_stale``) says so."""
+    return "running (stale: no process)" if camp.get("stale") else camp["status"]
 
 
 def print_summary(s: dict) -> None:
     c = s["campaign"]
-    console.print(f"[bold]{c['name']}[/] ({c['id']}) status={c['status']} device={c['device']}")
+    console.print(f"[bold]{c['name']}[/] ({c['id']}) status={status_text(c)} device={c['device']}")
     console.print(f"candidates {s['candidates']}, evaluations {s['evaluations']}, "
                   f"statuses {s['statuses'] or '{}'}, LLM calls {s['llm']['calls']} "
                   f"(${s['llm']['cost_usd']:.2f})")
@@ -107,7 +130,10 @@ def print_candidate(obj: dict, source: bool = True) -> None:
                 mt.add_row(m["kernel"][:40], m["name"], f"{m['value']:.4g}")
             console.print(mt)
     if source:
-        console.print(Syntax(c["source"], "python", line_numbers=True))
+        if console.is_terminal:
+            console.print(Syntax(c["source"], "python", line_numbers=True))
+        else:  # the file as it is (Syntax pads every line to the console's width)
+            console.print(c["source"], markup=False, highlight=False, soft_wrap=True, end="")
 
 
 def print_lineage(steps: list[dict]) -> None:

@@ -41,12 +41,15 @@ def test_fast_p_counts_all_problems() -> None:
 
 
 def test_interpreted_runs_claim_no_speedup() -> None:
-    s = summarize([_row("a", True, None, None, interpreted=True)])
+    s = summarize([{**_row("a", True, None, None, interpreted=True), "eager_ms": 3.0, "compile_ms": None}])
     assert s["interpreted"] and s["fast_0_eager"] == 1.0 and s["fast_1_eager"] is None
     assert s["geomean_eager_all"] is None
     md = to_markdown({"suite": "x", "date": "d", "device": "cpu", "versions": {}, "config": {},
                       "summary": s, "problems": []})
     assert "no speedup is claimed" in md
+    # torch.compile was never timed: nothing under its column, not even fast_0; no "kernel win" claimed
+    assert s["fast_0_compile"] is None and "| fast_0 | 1.00 | - |" in md, md
+    assert "kernel win" not in md and "1/1 problems with a correct candidate that launches its own kernels" in md
 
 
 def test_bench_cli_on_cpu(tmp_path: Path) -> None:

@@ -133,7 +133,7 @@ def test_transformers_bert_end_to_end(bert) -> None:
     assert attention in [tuple(p["units"]) for p in r["problems"][:2]], summary
     assert rows[attention]["outcome"] == "ran" and rows[attention]["patched"] == list(attention), summary
     assert r["check"]["ok"] and r["check"]["trials"] == 3
-    assert r["timing"]["interpreted"] and r["covered_share"] > 0
+    assert r["timing"]["interpreted"] and r["patched_share"] > 0 and r["covered_share"] is None
     assert not r["skipped"]
     patched = r["model"]
     runs = _count_runs(patched.encoder.layer[0].attention.__dict__["_kernellab_fast"])

@@ -200,3 +200,21 @@ def test_llm_campaigns_record_their_prompts_hash_and_compare_groups_by_it() -> N
         store.update_campaign(c, status="done")
     result = compare(store, campaigns=[cid, cid2], by="prompts", n_boot=10)
     assert result["groups"] == ["no prompts", f"prompts {version}"]
+
+
+def test_interpreted_curves_and_finals_share_one_definition_and_no_pair_is_called() -> None:
+    """A search scored by the cost model's H200 estimate (``details.modelled``) plotted 2.8-3.6 beside finals
+    of 0.24 under the label "interpreted eager/candidate time ratio": the page uses that ratio for both."""
+    store = Store(":memory:")
+    for policy, ms in (("greedy", 40.0), ("beam", 41.0)):
+        add_run(store, policy, PROBLEMS[0], policy=policy, seed=0,
+                values=[{"interpreted": True, "median_ms": ms, "eager_ms": 10.0,
+                         "details": {"gpu_s": 0.5, "modelled": {"ms": 1.0, "eager_ms": 3.2}}}])
+    result = compare(store, campaigns=["greedy", "beam"], n_boot=100)
+    for run in result["runs"]:
+        assert run["best"] == pytest.approx(run["final"]) and run["final"] < 0.3, run
+    assert max(v for v in result["curves"]["greedy"]["evaluations"]["median"] if v is not None) < 0.3
+    (pair,) = [p for p in result["pairs"] if p["a"] == "beam"]
+    assert pair["called"] is False and pair["wins"] is None and pair["pairs"] == 1
+    html = render_html(result)
+    assert "not called (interpreted)" in html and "1 (0)" in html  # one seed, seed 0
