@@ -455,6 +455,7 @@ class LocalExecutor(Executor):
         self._baselines: dict[str, cf.Future] = {}
         self._estimate_errors: dict[tuple[str, bool], str] = {}
         self._ids = itertools.count()
+        self._in_flight = 0  # jobs submitted and not answered
         self._closed = False
         self._workers: set[_Worker] = set()
 
@@ -472,9 +473,16 @@ class LocalExecutor(Executor):
         job = replace(job, device=kind, small=bool(small), limits=job.limits or self.limits)
         fut: cf.Future = cf.Future()
         fut.set_running_or_notify_cancel()
+        with self._lock:
+            self._in_flight += 1
+        fut.add_done_callback(self._job_done)
         self._ensure_slots(kind)
         self._queues[kind].put((job, fut))
         return fut
+
+    def _job_done(self, fut: cf.Future) -> None:
+        with self._lock:
+            self._in_flight -= 1
 
     def start(self, device: str | None = None, timeout: float = 600.0) -> int:
         """Start every worker of ``device``'s pool now and wait until they are ready (workers
@@ -555,10 +563,16 @@ class LocalExecutor(Executor):
                 gate.close()
 
     def prepare(self, problem: Problem, *, small: bool | None = None, device: str | None = None, trials: int = 5,
-                store: Any = None) -> cf.Future:
+                store: Any = None) -> cf.Future | None:
         """Compute ``problem``'s reference outputs (kept by the worker that runs it) and its torch.compile
         baseline (cached for every later job) in a job of their own, now: a campaign calls this as it
-        starts, so its first evaluations neither compile the baseline nor wait for it."""
+        starts, so its first evaluations neither compile the baseline nor wait for it. Only on an idle
+        pool (returns None otherwise): in a busy one the job competes with evaluations for workers and
+        memory (in a 4-job bench of KernelBench's largest problems on the H200 it added a reference per
+        problem and delayed the first evaluations)."""
+        with self._lock:
+            if self._in_flight:
+                return None
         return self.submit(EvalJob(problem, "", small=small, device=device, trials=trials, store=store, prepare=True))
 
     def warm(self, device: str | None = None) -> None:

@@ -252,3 +252,16 @@ def test_a_prepare_job_computes_the_reference_ahead_of_the_first_evaluation():
         assert first["status"] == "correct" and _ref(first)["reused"] is True, first["error_text"]
     finally:
         ex.shutdown()
+
+
+def test_a_busy_pool_is_not_given_a_prepare_job():
+    p = _problem("prepare_busy")
+    ex = LocalExecutor(cpu_workers=1)
+    try:
+        running = ex.submit(EvalJob(p, RELU, trials=2, timing=False))
+        assert ex.prepare(p, trials=2) is None  # an evaluation is in flight: the job would only compete with it
+        assert running.result()["status"] == "correct"
+        time.sleep(0.1)
+        assert ex.prepare(p, trials=2) is not None
+    finally:
+        ex.shutdown()
