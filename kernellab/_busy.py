@@ -2,8 +2,9 @@
 
 ``nvmlDeviceGetUtilizationRates(h).gpu`` is the percentage of the last sample period (1/6 s to 1 s, by
 device) during which a kernel ran; we read it every ``interval_s`` on each device the command uses. The
-summary gives the mean utilization and the *busy share*, the fraction of samples above 0 (the evidence of
-issue 30: 40% of the samples at 0% while a bench ran). Without NVML (no ``nvidia-ml-py``, no driver, a CPU
+summary gives the mean utilization, the *busy share* (that mean as a fraction: the share of the time a
+kernel ran, NVML's own definition) and the fraction of samples above 0 (``samples_above_0``, a looser
+number: a sample with one short kernel counts; issue 30's evidence had 40% of them at 0%). Without NVML (no ``nvidia-ml-py``, no driver, a CPU
 host) every field is None and nothing is said about the GPU; a failing read is counted, never raised.
 """
 
@@ -106,12 +107,14 @@ class BusySampler:
             self._nvml = None
 
     def summary(self) -> dict:
-        """``samples`` (device reads), ``mean_util`` (percent), ``busy_share`` (0..1, of samples above 0),
+        """``samples`` (device reads), ``mean_util`` (percent), ``busy_share`` (0..1: ``mean_util`` / 100),
+        ``samples_above_0`` (0..1),
         ``failures`` (reads that failed), ``devices``, ``error`` (why there are none). None without samples."""
         with self._lock:
             n, total, busy, failures = self._n, self._sum, self._busy, self._failures
         return {"samples": n, "mean_util": round(total / n, 2) if n else None,
-                "busy_share": round(busy / n, 4) if n else None, "failures": failures,
+                "busy_share": round(total / n / 100, 4) if n else None,
+                "samples_above_0": round(busy / n, 4) if n else None, "failures": failures,
                 "devices": list(self._names), "interval_s": self.interval_s, "error": self.error}
 
 

@@ -487,7 +487,7 @@ def pace_line(p: dict) -> str:
     line = (f"bench: pace: {p['problems_done']} problems in {p['wall_s']:.0f} s "
             f"({p['problems_per_hour'] or 0:.1f} problems/hour), {p['evaluations']} evaluations ({per})")
     if p.get("gpu_busy_share") is not None:
-        line += f", GPU busy {p['gpu_busy_share']:.0%} of samples (mean utilization {p['gpu_util_mean']:.0f}%)"
+        line += f", GPU busy {p['gpu_busy_share']:.0%} of the time (NVML utilization)"
     return line
 
 

@@ -68,7 +68,9 @@ def test_mean_and_busy_share_over_samples_failures_counted_apart(monkeypatch: py
     n = out["samples"]
     assert n >= 8 and out["failures"] == 1 and out["devices"] == ["0"]
     assert out["mean_util"] == pytest.approx(150 / n, abs=0.01)
-    assert out["busy_share"] == pytest.approx(2 / n, abs=1e-4)
+    # the share of the time a kernel ran (NVML's utilization, averaged), not the share of samples above 0
+    assert out["busy_share"] == pytest.approx(1.5 / n, abs=1e-4)
+    assert out["samples_above_0"] == pytest.approx(2 / n, abs=1e-4)
     assert fake.shut  # NVML is shut down on exit
 
 
@@ -80,6 +82,6 @@ def test_pace_line_and_page_say_nothing_of_the_gpu_without_samples() -> None:
     assert line == "bench: pace: 3 problems in 360 s (30.0 problems/hour), 40 evaluations (400 per hour)"
     md = "\n".join(_md_pace({"pace": pace}))
     assert "| 360.0 | 3 | 30.0 | 40 | - | 0 | - | - |" in md
-    gpu = {**pace, "gpus": 1, "gpu_hours": 0.1, "evaluations_per_gpu_hour": 400.0, "gpu_busy_share": 0.6,
+    gpu = {**pace, "gpus": 1, "gpu_hours": 0.1, "evaluations_per_gpu_hour": 400.0, "gpu_busy_share": 0.41,
            "gpu_util_mean": 41.0}
-    assert pace_line(gpu).endswith("40 evaluations (400 per GPU-hour), GPU busy 60% of samples (mean utilization 41%)")
+    assert pace_line(gpu).endswith("40 evaluations (400 per GPU-hour), GPU busy 41% of the time (NVML utilization)")
