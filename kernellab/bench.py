@@ -383,11 +383,11 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
         if progress is not None:
             progress.update(problem=prob.name)
         _run_one(store, resume, progress, guarded)
-        result = write()
-        verdict = _verdict(next(r for r in result["problems"] if r["problem_id"] == prob.id))
-        with lock:
+        with lock:  # before the page is written: its pace counts this problem
             counter["done"] += 1
             n_done = counter["done"]
+        result = write()
+        verdict = _verdict(next(r for r in result["problems"] if r["problem_id"] == prob.id))
         say(f"bench: {n_done}/{len(mine)} done, {skipped} skipped as finished"
             f"{f', {resumed} resumed' if resumed else ''}: {prob.name} {verdict}")
         say(pace_line(result["pace"]))
