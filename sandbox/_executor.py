@@ -532,14 +532,20 @@ class LocalExecutor(Executor):
         if not self._gpus:
             yield None
             return
+        with self._admitted_on(problem, small, gpu) as g:
+            with self._gpu_locks[g].write():
+                yield g
+
+    @contextlib.contextmanager
+    def _admitted_on(self, problem: Problem | None, small: bool, gpu: str | None):
+        """A GPU of this executor's (the first when ``gpu`` is None), admitted for ``problem``'s footprint."""
         g = gpu if gpu is not None else self._gpus[0]
         if g not in self._gpu_locks:
             raise SandboxError(f"GPU {g!r} is not one of this executor's ({', '.join(self._gpus)})")
         budget = self._budgets.get(g)
         need, floor = self._need(problem, small) if problem is not None else (None, None)
         with budget.admitted(need, floor=floor) if budget is not None else contextlib.nullcontext():
-            with self._gpu_locks[g].write():
-                yield g
+            yield g
 
     @contextlib.contextmanager
     def profiling(self, problem: Problem | None = None, small: bool = False, gpu: str | None = None):
@@ -550,12 +556,7 @@ class LocalExecutor(Executor):
         if not self._gpus:
             yield ProfileGate(None, None)
             return
-        g = gpu if gpu is not None else self._gpus[0]
-        if g not in self._gpu_locks:
-            raise SandboxError(f"GPU {g!r} is not one of this executor's ({', '.join(self._gpus)})")
-        budget = self._budgets.get(g)
-        need, floor = self._need(problem, small) if problem is not None else (None, None)
-        with budget.admitted(need, floor=floor) if budget is not None else contextlib.nullcontext():
+        with self._admitted_on(problem, small, gpu) as g:
             gate = ProfileGate(g, self._gpu_locks[g])
             try:
                 yield gate
