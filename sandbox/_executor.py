@@ -820,6 +820,7 @@ class LocalExecutor(Executor):
         offset = w.log_size()
         lock = self._gpu_locks.get(gpu) if w.kind == "cuda" else None
         locked = reading = False
+        regranted = None
         phase, deadline = "load", time.monotonic() + limits.of("load")
         spans = _Spans("load")  # where the job's wall time went, waits for the GPU's lock apart
         result: dict | None = None
@@ -876,7 +877,7 @@ class LocalExecutor(Executor):
                             reading = False
                     elif msg[0] == "regrant":  # the worker capped itself at its measured need
                         if held is not None and budget is not None and held[0] is not None:
-                            held[0] = budget.shrink(held[0], int(msg[1]))
+                            held[0] = regranted = budget.shrink(held[0], int(msg[1]))
                     elif msg[0] == "reference":  # computed before the candidate was loaded
                         w.ref_digests[msg[1]] = msg[2]
                     elif msg[0] == "result":
@@ -897,6 +898,8 @@ class LocalExecutor(Executor):
                 lock.release_read()
             clock.stop()
         result["details"]["phase_s"] = spans.done()
+        if regranted is not None:  # what the job held after its reference peak was measured
+            result["details"].setdefault("memory", {})["regrant_bytes"] = regranted
         result["details"]["gpu_s"] = clock.total
         result["details"]["gpu_s_parts"] = {"lock_s": clock.lock_s, "run_s": clock.run_s}
         if need:

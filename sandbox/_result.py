@@ -34,9 +34,10 @@ Every evaluation, whatever happened, ends as one dict with exactly :data:`RESULT
   attempt's ``error_class``, ``grant_bytes``, ``alone``, ``peak_bytes``, ``gpu_s``, ``phase_s``).
 - ``memory`` (dict, when the job was admitted to a device budget): ``need_bytes`` (the estimate it
   was admitted with, None when unknown), ``grant_bytes``, ``budget_bytes``, ``admission_wait_s``,
-  ``alone`` (ran with no other job on the device), ``alone_reason`` (``no estimate``, ``need > half the
+  ``alone`` (ran with no other job on the device), ``alone_reason`` (``no estimate``, ``need > the
   budget``, ``retry after <error_class>``; None when shared), ``reference_peak_bytes`` (CUDA: the reference's measured peak), ``peak_bytes`` (CUDA: the
-  job's peak ``max_memory_allocated``).
+  job's peak ``max_memory_allocated``), ``regrant_bytes`` (CUDA: the grant the job kept once its reference
+  peak was measured, when that was less).
 - ``early_stopped`` (bool, when timing ran): True when ``EvalJob.stop_above_ms`` stopped the timing
   after its first repetitions; ``median_ms``/``p20_ms``/``p80_ms``/``eager_ms`` then cover those only.
 - ``timing``: per callable (``candidate``, ``eager``) ``median_ms``, ``p20_ms``, ``p80_ms``, ``reps``
