@@ -89,6 +89,16 @@ def test_all_zeros_is_not_correct_at_the_derived_size(sandbox_executor, name: st
 
 
 @needs_kb
+@pytest.mark.parametrize("name, groups, channels", GROUPNORM)
+def test_all_zeros_is_not_correct_at_kernelbench_size(sandbox_executor, name: str, groups: str, channels: str) -> None:
+    """The size a GPU judges at (1024 x 8192, 16-512 groups), judged here by the same sandbox on the CPU
+    (the zeros candidate runs no kernel; the reference's GEMM takes ~10 s on two cores)."""
+    p = load_problem(KB_DIR / "level2" / f"{name}.py")
+    r = evaluate(p, ZEROS, small=False, trials=5, timing=False, device="cpu", executor=sandbox_executor)
+    assert (r["status"], r["error_class"]) == ("incorrect", "mismatch"), (r["status"], r["error_text"])
+
+
+@needs_kb
 def test_all_zeros_on_level2_30_at_its_old_derived_size_is_the_problems_fault(sandbox_executor) -> None:
     # the instance derived before issue 34, one channel per group: zeros were `correct`, exit 0
     src = (KB_DIR / "level2" / "30_Gemm_GroupNorm_Hardtanh.py").read_text()
