@@ -116,7 +116,7 @@ def test_a_problem_uninformative_at_any_size_is_refused(sandbox_executor, small:
     r = evaluate(load_problem(ONE_CHANNEL), SAME_AS_REFERENCE, trials=3, timing=False, device="cpu", small=small,
                  executor=sandbox_executor)
     assert (r["status"], r["error_class"]) == ("runtime_error", "problem"), r["error_text"]
-    assert "a null output passes every trial (3; output 0: zeros" in r["error_text"]
+    assert "a null output passes every trial (4; output 0: zeros" in r["error_text"]
     assert r["details"]["trials"][0]["null_output"] == "output 0: zeros"
 
 
@@ -160,3 +160,34 @@ def test_run_of_an_uninformative_problem_is_one_line_exit_2_nothing_written(tmp_
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "uninformative" in lines[0] and "(small instance" in lines[0], r.stderr
     assert not list(tmp_path.iterdir())
+
+
+# zero on the problem's own inputs and on the uniform ones (ReLU far above them), not on the large ones
+SHIFTED_RELU = Problem(name="shifted_relu", source='''import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x - 6.0)
+
+
+def get_inputs():
+    return [torch.randn(8, 127)]
+
+
+def get_init_inputs():
+    return []
+''')
+
+
+def test_a_job_of_two_trials_a_null_output_passes_gets_an_informative_one(sandbox_executor) -> None:
+    zeros = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.zeros_like(x)\n"
+    right = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return (x - 6.0).clamp_min(0.0)\n"
+    bad = evaluate(SHIFTED_RELU, zeros, trials=2, timing=False, device="cpu", executor=sandbox_executor)
+    # judged on the informative trial: not correct (zeros again there read as an earlier trial's output), and
+    # not refused as the problem's fault either
+    assert bad["status"] in ("incorrect", "rejected") and bad["error_class"] != "problem", bad["error_text"]
+    good = evaluate(SHIFTED_RELU, right, trials=2, timing=False, device="cpu", executor=sandbox_executor)
+    assert good["status"] == "correct", good["error_text"]  # not refused as the problem's fault
+    assert good["details"]["reference"].get("extra_trials", 0) >= 1
+    assert [t["informative"] for t in good["details"]["trials"]][-1] is True
