@@ -339,7 +339,8 @@ def _invoke(graph: Any, ctx: Context, campaign_id: str, problem_ids: list[str], 
         # the graph names a problem only when its select node runs, which a resume mid-step reaches late
         pid = ids[index] if index < len(ids) and ids[index] in ctx.problems else None
         progress.seed(ctx.store, campaign_id, elapsed_before=values.get("elapsed_s", 0.0),
-                      problem=ctx.problems[pid].name if pid else "", problem_id=pid,
+                      # a fresh start names its problem when select runs (the "problem X (1/n)" line)
+                      problem=ctx.problems[pid].name if pid and values else "", problem_id=pid,
                       resumed="done" if values.get("done") and not snap.next else bool(values))
     if snap.values.get("done") and not snap.next:
         return  # finished before: nothing to do

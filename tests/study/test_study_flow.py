@@ -89,8 +89,8 @@ def test_study_runs_the_matrix_incrementally_and_compare_reads_it(tmp_path: Path
     assert len(runs) == 10 and all(0 < r["final_normalized"] <= 1 for r in result["runs"])
     pairs = {(p["a"], p["b"]): p for p in result["pairs"]}
     assert pairs[("beam", "greedy")]["pairs"] == 4 and pairs[("greedy", "uct")]["pairs"] == 2
-    for p in pairs.values():
-        assert p["wins"] + p["ties"] + p["losses"] == p["pairs"] and 0 <= p["wilcoxon_p"] <= 1
+    for p in pairs.values():  # interpreted timings: counted, never called a win or a loss
+        assert p["called"] is False and p["wins"] is None and p["losses"] is None
     html = page.read_text()
     assert html.count("<svg") >= 3 and "no speedup is claimed" in html
     assert all(f'data-section="{s}"' in html for s in SECTIONS)
