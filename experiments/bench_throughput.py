@@ -96,23 +96,18 @@ def family(level: int, stem: str) -> str:
 
 
 def reference_gb(path: Path) -> float | None:
-    """GB the reference alone holds at full size (parameters, buffers, inputs, outputs), built on the meta
-    device (nothing allocated); None when it cannot be built there (its estimate is unknown: kept)."""
-    import torch
+    """GB the reference alone holds at full size (parameters, buffers, inputs, outputs): the sandbox's own
+    floor, built on the meta device (``sandbox._gpu.estimate``); None when it cannot be built there (its
+    estimate is unknown: kept)."""
+    from kernellab.sandbox._gpu import estimate
 
     from kernellab.problem import load_problem
 
     try:
-        mod = load_problem(path).module(small=False)
-        with torch.device("meta"), torch.no_grad():
-            model = mod.Model(*list(mod.get_init_inputs()))
-            inputs = list(mod.get_inputs())
-            out = model(*inputs)
+        est = estimate(load_problem(path), small=False)
     except Exception:
         return None
-    outs = out if isinstance(out, (list, tuple)) else [out]
-    ts = [*model.parameters(), *model.buffers(), *inputs, *outs]
-    return sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor)) / 1e9
+    return est[1] / 1e9 if est else None
 
 
 def select_suite(kb: Path, max_ref_gb: float) -> list[dict]:

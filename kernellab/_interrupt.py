@@ -108,25 +108,21 @@ class Guarded:
         inner.add_done_callback(done)
         return out
 
-    @contextlib.contextmanager
     def exclusive_gpu(self, *args: Any, **kwargs: Any):
+        return self._profile_hold(self.inner.exclusive_gpu(*args, **kwargs))
+
+    def profiling(self, *args: Any, **kwargs: Any):
+        return self._profile_hold(self.inner.profiling(*args, **kwargs))
+
+    @contextlib.contextmanager
+    def _profile_hold(self, hold: Any):
         # a profile waiting for the GPU's lock gets it when the killed timing job lets go: it must not start
         if stopping(self.event):
             raise Stopped("stopped: no profile is started")
-        with self.inner.exclusive_gpu(*args, **kwargs) as gpu:
+        with hold as got:
             if stopping(self.event):
                 raise Stopped("stopped: no profile is started")
-            yield gpu
-
-    @contextlib.contextmanager
-    def profiling(self, *args: Any, **kwargs: Any):
-        # as exclusive_gpu: a profile must not start once the stop is given
-        if stopping(self.event):
-            raise Stopped("stopped: no profile is started")
-        with self.inner.profiling(*args, **kwargs) as gate:
-            if stopping(self.event):
-                raise Stopped("stopped: no profile is started")
-            yield gate
+            yield got
 
     def shutdown(self, wait: bool = True) -> None:
         self.inner.shutdown(wait=wait)

@@ -487,7 +487,7 @@ class LocalExecutor(Executor):
     def start(self, device: str | None = None, timeout: float = 600.0) -> int:
         """Start every worker of ``device``'s pool now and wait until they are ready (workers
         otherwise start on the first job); returns how many are running."""
-        kind = "cuda" if (device or ("cuda" if self._gpus else "cpu")).startswith("cuda") else "cpu"
+        kind = self._pool_of(device)
         self._ensure_slots(kind)
         n = len(self._threads[kind])
         deadline = time.monotonic() + timeout
@@ -579,10 +579,12 @@ class LocalExecutor(Executor):
     def warm(self, device: str | None = None) -> None:
         """Start ``device``'s workers now, without waiting for them (a campaign calls this as it starts,
         so the pool's start-up overlaps its planning instead of delaying its first evaluation)."""
-        if self._closed:
-            return
-        kind = "cuda" if (device or ("cuda" if self._gpus else "cpu")).startswith("cuda") else "cpu"
-        self._ensure_slots(kind)
+        if not self._closed:
+            self._ensure_slots(self._pool_of(device))
+
+    def _pool_of(self, device: str | None) -> str:
+        """The pool ("cuda" or "cpu") a job for ``device`` runs in (None: CUDA when a GPU is visible)."""
+        return "cuda" if (device or ("cuda" if self._gpus else "cpu")).startswith("cuda") else "cpu"
 
     # -- slots -----------------------------------------------------------------------------------
     def _ensure_slots(self, kind: str) -> None:
@@ -710,8 +712,7 @@ class LocalExecutor(Executor):
                     t_admit = time.monotonic() - t_admit
                 held = [grant]  # the job may give part of its grant back once its reference peak is measured
                 try:
-                    result, keep = self._run(worker, job, gpu, grant, held=held if budget is not None else None,
-                                             budget=budget)
+                    result, keep = self._run(worker, job, gpu, grant, held=held if budget is not None else None)
                 finally:
                     if budget is not None and grant is not None:
                         budget.release(held[0])
@@ -781,8 +782,8 @@ class LocalExecutor(Executor):
             return fut, False
         return fut, True
 
-    def _run(self, w: _Worker, job: EvalJob, gpu: str | None, grant: int | None = None, held: list | None = None,
-             budget: MemoryBudget | None = None) -> tuple[dict, bool]:
+    def _run(self, w: _Worker, job: EvalJob, gpu: str | None, grant: int | None = None,
+             held: list | None = None) -> tuple[dict, bool]:
         limits = job.limits or self.limits
         job_id = f"{os.getpid()}_{next(self._ids)}"
         key = need = bl_fut = None
@@ -794,7 +795,7 @@ class LocalExecutor(Executor):
                                job.problem.mode)
             bl_fut, need = self._baseline_future(job, key)
         try:
-            return self._run_measuring(w, job, gpu, grant, limits, job_id, key, need, bl_fut, held, budget)
+            return self._run_measuring(w, job, gpu, grant, limits, job_id, key, need, bl_fut, held)
         except BaseException:
             # every later job of this problem waits on the baseline this job was to measure: a failure of ours
             # here must hand the measuring on to the next job, never leave them waiting for good
@@ -806,7 +807,9 @@ class LocalExecutor(Executor):
 
     def _run_measuring(self, w: _Worker, job: EvalJob, gpu: str | None, grant: int | None, limits: Limits,
                        job_id: str, key: str | None, need: bool | None, bl_fut: cf.Future | None,
-                       held: list | None = None, budget: MemoryBudget | None = None) -> tuple[dict, bool]:
+                       held: list | None = None) -> tuple[dict, bool]:
+        """Run ``job`` on ``w``. ``held``: a one-item list with the job's grant, which a ``regrant`` from the
+        worker shrinks (on the budget of the job's place) and ``_evaluate`` then releases."""
         payload = {"job_id": job_id, "problem": job.problem, "source": job.source, "config": job.config,
                    "small": job.small, "trials": job.trials, "timing": job.timing, "need_baseline": need,
                    "max_jobs": self.max_jobs_per_worker, "timing_target_ms": job.timing_target_ms,
@@ -876,6 +879,7 @@ class LocalExecutor(Executor):
                             lock.release_read()
                             reading = False
                     elif msg[0] == "regrant":  # the worker capped itself at its measured need
+                        budget = self._budgets.get(gpu if w.kind == "cuda" else "cpu")
                         if held is not None and budget is not None and held[0] is not None:
                             held[0] = regranted = budget.shrink(held[0], int(msg[1]))
                     elif msg[0] == "reference":  # computed before the candidate was loaded

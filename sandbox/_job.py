@@ -537,15 +537,12 @@ class _References:
         import collections
 
         self._entries: collections.OrderedDict[str, _Cached] = collections.OrderedDict()
-        self.hits = self.misses = 0
 
     def take(self, key: str, digest: str | None) -> _Cached | None:
         entry = self._entries.get(key)
         if entry is None or digest is None or entry.digest != digest:
-            self.misses += 1
             return None
         self._entries.move_to_end(key)
-        self.hits += 1
         return entry
 
     def drop(self, key: str) -> None:
@@ -557,7 +554,7 @@ class _References:
         self._entries.pop(key, None)
         if entry.nbytes > cap:
             return None
-        while self._entries and sum(e.nbytes for e in self._entries.values()) + entry.nbytes > cap:
+        while self._entries and self.nbytes + entry.nbytes > cap:
             self._entries.popitem(last=False)
         self._entries[key] = entry
         return entry

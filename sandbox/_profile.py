@@ -168,20 +168,13 @@ def _run_gated(cmd: list[str], jobdir: Path, env: dict, timeout: float, gate: An
         proc = subprocess.Popen(cmd, cwd=jobdir, env=env, stdout=out, stderr=err, text=True)
         until = time.monotonic() + timeout
         try:
-            while proc.poll() is None and not (jobdir / GATE_READY).exists():
-                _check_time(proc, cmd, until)
-                time.sleep(0.01)
-            if proc.poll() is None:
+            if _wait(proc, cmd, until, jobdir / GATE_READY):
                 with gate.exclusive():
                     (jobdir / GATE_GO).touch()
-                    while proc.poll() is None and not (jobdir / GATE_DONE).exists():
-                        _check_time(proc, cmd, until)
-                        time.sleep(0.01)
-            while proc.poll() is None:
-                _check_time(proc, cmd, until)
-                time.sleep(0.05)
+                    _wait(proc, cmd, until, jobdir / GATE_DONE)
+            _wait(proc, cmd, until)
         finally:
-            if proc.poll() is None:
+            if proc.poll() is None:  # timed out, or interrupted
                 proc.kill()
                 proc.wait()
         out.seek(0)
@@ -189,11 +182,13 @@ def _run_gated(cmd: list[str], jobdir: Path, env: dict, timeout: float, gate: An
         return subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
 
 
-def _check_time(proc: subprocess.Popen, cmd: list[str], until: float) -> None:
-    if time.monotonic() > until:
-        proc.kill()
-        proc.wait()
-        raise subprocess.TimeoutExpired(cmd, 0)
+def _wait(proc: subprocess.Popen, cmd: list[str], until: float, marker: Path | None = None) -> bool:
+    """Poll until the process ends or ``marker`` exists; whether it still runs. ``TimeoutExpired`` past ``until``."""
+    while proc.poll() is None and not (marker is not None and marker.exists()):
+        if time.monotonic() > until:
+            raise subprocess.TimeoutExpired(cmd, 0)
+        time.sleep(0.01)
+    return proc.poll() is None
 
 
 def parse_raw_csv(text: str, metrics: dict[str, str]) -> list[tuple[str, str, float]]:

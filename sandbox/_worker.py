@@ -67,7 +67,6 @@ class Worker:
             import triton  # noqa: F401  (imported before any candidate, so launches can be counted)
         except Exception:  # pragma: no cover
             pass
-        self.off_gpu_s = 0.0  # seconds of host-only compiles during which this worker held no read
         self.reading = False
         self.main_thread = threading.current_thread()
         if self.device_kind == "cuda":
@@ -121,11 +120,9 @@ class Worker:
                 return fn(*args, **kwargs)
             self.torch.cuda.synchronize()
             self.unread()
-            t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.off_gpu_s += time.perf_counter() - t0
                 self.read()
 
         call._kernellab_off_gpu = True

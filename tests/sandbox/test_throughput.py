@@ -112,7 +112,7 @@ class _Holder:
     """What Worker.off_gpu needs of a worker, with the executor's side played by a real RWLock."""
 
     def __init__(self, lock: RWLock) -> None:
-        self.lock, self.reading, self.off_gpu_s = lock, False, 0.0
+        self.lock, self.reading = lock, False
         self.main_thread = threading.current_thread()
         self.torch = type("T", (), {"cuda": type("C", (), {"synchronize": staticmethod(lambda: None)})})
 
