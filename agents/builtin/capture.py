@@ -15,8 +15,6 @@ of dimensions of some earlier value whose sizes match at both sizes — and read
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
 import operator
 import types
@@ -25,7 +23,7 @@ from typing import Any
 
 import torch
 
-from kernellab._tracing import TRACE_LOCK
+from kernellab._tracing import TRACE_LOCK, quiet_stderr
 from kernellab.problem import Problem, apply_mode, cast_inputs, torch_dtype
 from kernellab.small import small_or_empty
 
@@ -105,7 +103,7 @@ def _capture_at(problem: Problem, small: bool, method: str) -> Graph:
             order = ["export"]
         for how in order:
             try:
-                with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+                with quiet_stderr(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     fx, names_of, single, mutated = (_export if how == "export" else _make_fx)(model, inputs, names)
                 g = _translate(fx, names_of, single, how)
