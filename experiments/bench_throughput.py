@@ -1,7 +1,7 @@
 """Throughput of `kernellab bench`, a change against a base commit, side by side on one GPU.
 
     PYTHONPATH=. python experiments/bench_throughput.py [--kernelbench DIR] [--base b1be0da] [--sides base,new]
-        [--budget 4] [--jobs 4] [--side-limit-s 1800] [--problems N | --only 23_Softmax,76_Gemm_Add_ReLU]
+        [--budget 4] [--jobs 4] [--base-jobs N] [--side-limit-s 1800] [--problems N | --only 23_Softmax,76_Gemm_Add_ReLU]
         [--max-ref-gb 16] [--small] [--out experiments/results] [--list]
 
 The suite is fixed by a rule (``select_suite``): KernelBench's public level 1 and level 2 files are put in
@@ -189,6 +189,12 @@ def _commit_of_tree() -> str:
     return env.git_commit() or "unknown"
 
 
+def side_jobs(label: str, args: argparse.Namespace) -> int:
+    """Campaigns at once on this side: ``--base-jobs`` for the base where given (the base's best pace may be
+    at another --jobs than the change's: its parallel campaigns waited on each other), else ``--jobs``."""
+    return args.base_jobs if label == "base" and args.base_jobs else args.jobs
+
+
 def run_side(label: str, tree: Path, commit: str, suite_file: Path, work: Path, args: argparse.Namespace,
              gpus: int) -> dict:
     """One side's bench as a subprocess (its tree first on PYTHONPATH), NVML sampled meanwhile, stopped
@@ -198,8 +204,9 @@ def run_side(label: str, tree: Path, commit: str, suite_file: Path, work: Path, 
     side = work / label
     (side / "out").mkdir(parents=True, exist_ok=True)
     db = side / "bench.db"
+    jobs = side_jobs(label, args)
     cmd = [sys.executable, "-m", "kernellab.cli", "bench", str(suite_file), "--budget", str(args.budget),
-           "--jobs", str(args.jobs), "--db", str(db), "--out-dir", str(side / "out"), "--json"]
+           "--jobs", str(jobs), "--db", str(db), "--out-dir", str(side / "out"), "--json"]
     if args.small:
         cmd.append("--small")
     cmd += shlex.split(args.bench_args or "")
@@ -341,6 +348,13 @@ def compare(sides: dict[str, dict]) -> dict:
     return out
 
 
+def _jobs_text(res: dict) -> str:
+    by = res.get("jobs_by_side") or {}
+    if len(set(by.values())) <= 1:
+        return str(res["jobs"])
+    return ", ".join(f"{label} {n}" for label, n in by.items())
+
+
 def markdown(res: dict) -> str:
     lines = [f"# Throughput of `kernellab bench`: {' vs '.join(res['order'])} — {res['date']}", "",
              f"Command: `{res['command']}`", "",
@@ -349,7 +363,7 @@ def markdown(res: dict) -> str:
              f"Suite: {len(res['suite'])} problems (rule: per family the first by (level, number) whose reference "
              f"needs at most {res['max_ref_gb']:g} GB; quotas {json.dumps(QUOTA)}); side by side on "
              f"{len(res['problems'])}: {', '.join(r['name'] for r in res['problems'])}. Budget {res['budget']}, "
-             f"--jobs {res['jobs']}, limit {res['side_limit_s']:g} s per side"
+             f"--jobs {_jobs_text(res)}, limit {res['side_limit_s']:g} s per side"
              f"{', SMALL sizes' if res['small'] else ''}.", ""]
     if res["interpreted"]:
         lines += ["**Interpreted run (no CUDA device): the pipeline is exercised, the pace says nothing of a GPU.**", ""]
@@ -399,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sides", default="base,new", help="Which sides, in order: base,new (default), new,base, new or base")
     ap.add_argument("--budget", type=int, default=4, help="Candidates per problem [4]")
     ap.add_argument("--jobs", type=int, default=4, help="Campaigns at once in each bench [4]")
+    ap.add_argument("--base-jobs", type=int, default=None, metavar="N",
+                    help="Campaigns at once in the base's bench, where its best pace needs another --jobs [--jobs]")
     ap.add_argument("--side-limit-s", type=float, default=1800.0,
                     help="Wall seconds per side; then SIGINT (SIGKILL 15 s later), its pace from what it finished [1800]")
     ap.add_argument("--problems", type=int, default=None, metavar="N", help="The first N of the suite, one family at a time")
@@ -420,8 +436,8 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     if not sides or any(s not in ("new", "base") for s in sides) or len(set(sides)) != len(sides):
         raise ThroughputError(f"--sides {args.sides!r}: base and/or new, comma-separated")
-    if args.budget < 1 or args.jobs < 1 or args.side_limit_s <= 0:
-        raise ThroughputError("--budget and --jobs must be at least 1, --side-limit-s above 0")
+    if args.budget < 1 or args.jobs < 1 or (args.base_jobs is not None and args.base_jobs < 1) or args.side_limit_s <= 0:
+        raise ThroughputError("--budget, --jobs and --base-jobs must be at least 1, --side-limit-s above 0")
     kb = Path(args.kernelbench)
     suite = select_suite(kb, args.max_ref_gb)
     if args.list:
@@ -455,7 +471,8 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         res = {"date": stamp.isoformat(timespec="seconds"), "device": device, "gpus": gpus,
                "interpreted": gpus == 0, "versions": versions, "commit": trees["new"][1],
                "command": "python experiments/bench_throughput.py " + " ".join(shlex.quote(a) for a in argv),
-               "order": sides, "budget": args.budget, "jobs": args.jobs, "side_limit_s": args.side_limit_s,
+               "order": sides, "budget": args.budget, "jobs": args.jobs,
+               "jobs_by_side": {label: side_jobs(label, args) for label in sides}, "side_limit_s": args.side_limit_s,
                "small": args.small, "max_ref_gb": args.max_ref_gb, "quota": QUOTA, "suite": suite,
                "problems": chosen, "sides": results, "comparison": compare(results)}
         jpath, mpath = out / f"{stem}.json", out / f"{stem}.md"

@@ -67,6 +67,9 @@ def inductor_seed(problem: Problem, device: str, small: bool | None = None, time
     payload = json.dumps({"name": problem.name, "source": problem.source, "path": problem.path,
                           "device": device, "small": small})
     env = dict(os.environ)
+    # Inductor compiles this graph's few kernels in the process: its default pool of compile workers (one per
+    # core, each importing torch) took longer to start than the compile itself, and a bench starts one per campaign
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     with tempfile.TemporaryDirectory(prefix="kernellab-inductor-") as tmp:
