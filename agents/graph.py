@@ -561,8 +561,10 @@ def profile(state: CampaignState, runtime: Runtime[Context], config: RunnableCon
     if metrics:
         ctx.store.add_evaluation(cand["id"], {"status": "correct", "config": best.get("config"),
                                               "device": best.get("device")}, kind="profile", metrics=metrics)
-    ctx.event("profile", {"candidate_id": cand["id"], "metrics": len(metrics), "skipped": why_not},
-              event_key(config, "profile"))
+    payload = {"candidate_id": cand["id"], "metrics": len(metrics), "skipped": why_not}
+    if getattr(metrics, "seconds", None):  # where the profile's wall time went, and how long it held the GPU alone
+        payload["seconds"] = dict(metrics.seconds)
+    ctx.event("profile", payload, event_key(config, "profile"))
     return {}
 
 

@@ -474,7 +474,7 @@ class _Steps:
             with gated(problem, small=small) as gate:
                 rows = sandbox.profile(problem, cand["source"], config=best.get("config") or None, small=small,
                                        gpu=gate.gpu, gate=gate if gate.gpu is not None else None)
-            return list(rows), getattr(rows, "reason", None)
+            return rows, getattr(rows, "reason", None)  # a ProfileResult: its `seconds` go in the profile event
         exclusive = getattr(self.executor, "exclusive_gpu", None)
         with exclusive(problem, small=small) if exclusive else contextlib.nullcontext() as gpu:
             rows = sandbox.profile(problem, cand["source"], config=best.get("config") or None, small=small, gpu=gpu)

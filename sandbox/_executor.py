@@ -270,13 +270,19 @@ class _Worker:
 
 
 class ProfileGate:
-    """One profiling run's hold of its GPU: shared from the start (the profiled process loads and warms
-    up like a job's correctness work), :meth:`exclusive` around the profiled forward."""
+    """One profiling run's hold of its GPU: none while the profiled process starts (imports under ncu take
+    seconds of CPU only), :meth:`share` once it builds the problem on the GPU and warms up (a job's
+    correctness work holds the GPU alike), :meth:`exclusive` around the profiled forward. A reader's hold
+    held through that start-up stalled every timing, and, phase-fair, every reader queued behind the
+    timing: in a 6-job bench on the H200 each tuning's re-timings waited out a whole profile (15-20 s)."""
 
     def __init__(self, gpu: str | None, lock: RWLock | None) -> None:
         self.gpu, self._lock, self._mode = gpu, lock, None
-        if lock is not None:
-            lock.acquire_read()
+        self.seconds: dict[str, float] = {}  # the run's phases, as sandbox.profile's gated run saw them
+
+    def share(self) -> None:
+        if self._lock is not None and self._mode is None:
+            self._lock.acquire_read()
             self._mode = "read"
 
     @contextlib.contextmanager
@@ -550,8 +556,8 @@ class LocalExecutor(Executor):
     @contextlib.contextmanager
     def profiling(self, problem: Problem | None = None, small: bool = False, gpu: str | None = None):
         """Hold a GPU for an Nsight Compute run as a job holds it: admitted for ``problem``'s footprint,
-        shared (its reader lock) while the profiled process starts and warms up, alone only for the
-        profiled forward (:meth:`ProfileGate.exclusive`, which ``sandbox.profile`` enters when its target
+        nothing held while the profiled process starts, shared (its reader lock) while it builds the problem
+        on the GPU and warms up (:meth:`ProfileGate.share`), alone only for the profiled forward (:meth:`ProfileGate.exclusive`, which ``sandbox.profile`` enters when its target
         is warm). Yields a :class:`ProfileGate` (``gate.gpu`` None when no GPU is visible)."""
         if not self._gpus:
             yield ProfileGate(None, None)

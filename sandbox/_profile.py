@@ -69,10 +69,14 @@ class ProfileResult(list):
     """A list of ``(kernel, metric, value)``; ``reason`` says why it is empty, ``dropped`` lists ncu
     metrics this ncu did not know."""
 
-    def __init__(self, rows: list | None = None, reason: str | None = None, dropped: list | None = None) -> None:
+    def __init__(self, rows: list | None = None, reason: str | None = None, dropped: list | None = None,
+                 seconds: dict | None = None) -> None:
         super().__init__(rows or [])
         self.reason = reason
         self.dropped = dropped or []
+        # where the run's wall time went (gated runs): start-up holding nothing, warm-up sharing the GPU, the
+        # profiled forward alone, the rest (ncu writing its report), and reading the report back
+        self.seconds = seconds or {}
 
 
 def _say_once(reason: str) -> None:
@@ -148,32 +152,55 @@ def profile(problem: Problem, source: str, config: dict | None = None, *, small:
         if not rep_file.exists():
             return ProfileResult(reason=f"ncu produced no report (exit {run.returncode}): {out[-1500:]}",
                                  dropped=dropped)
+        t_imp = time.monotonic()
         imp = subprocess.run([exe, "--import", str(rep_file), "--csv", "--page", "raw", "--print-units", "base"],
                              capture_output=True, text=True, timeout=timeout)
+        seconds = {**(getattr(gate, "seconds", None) or {}), "import": round(time.monotonic() - t_imp, 3)}
     rows = parse_raw_csv(imp.stdout, metrics)
     if not rows:
         return ProfileResult(reason=f"no kernels in the ncu report: {(imp.stdout + imp.stderr)[-1500:]}",
-                             dropped=dropped)
-    return ProfileResult(rows, dropped=dropped)
+                             dropped=dropped, seconds=seconds)
+    return ProfileResult(rows, dropped=dropped, seconds=seconds)
 
 
 def _run_gated(cmd: list[str], jobdir: Path, env: dict, timeout: float, gate: Any) -> subprocess.CompletedProcess:
-    """``subprocess.run`` of ncu; with a ``gate``, the GPU is held alone (``gate.exclusive()``) from the
-    target's "warm" file to its "done" file (or its end), and shared before and after."""
+    """``subprocess.run`` of ncu; with a ``gate``, nothing is held while the target starts, the GPU is shared
+    (``gate.share()``) from the target's "share" file and held alone (``gate.exclusive()``) from its "warm"
+    file to its "done" file (or its end); nothing after."""
     if gate is None:
         return subprocess.run(cmd, cwd=jobdir, env=env, capture_output=True, text=True, timeout=timeout)
-    from ._profile_target import GATE_DONE, GATE_GO, GATE_READY
+    from ._profile_target import GATE_DONE, GATE_GO, GATE_READY, GATE_SHARE, GATE_SHARED
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, cwd=jobdir, env=env, stdout=out, stderr=err, text=True)
-        until = time.monotonic() + timeout
+        t = time.monotonic()
+        until = t + timeout
+        marks: dict[str, float] = {}
+
+        def mark(name: str) -> None:
+            nonlocal t
+            now = time.monotonic()
+            marks[name] = round(marks.get(name, 0.0) + now - t, 3)
+            t = now
+
         try:
+            if _wait(proc, cmd, until, jobdir / GATE_SHARE):
+                mark("start")
+                gate.share()
+                mark("wait_share")
+                (jobdir / GATE_SHARED).touch()
             if _wait(proc, cmd, until, jobdir / GATE_READY):
+                mark("warm")
                 with gate.exclusive():
+                    mark("wait_alone")
                     (jobdir / GATE_GO).touch()
                     _wait(proc, cmd, until, jobdir / GATE_DONE)
+                    mark("alone")
             _wait(proc, cmd, until)
+            mark("report")
         finally:
+            if hasattr(gate, "seconds"):
+                gate.seconds.update(marks)
             if proc.poll() is None:  # timed out, or interrupted
                 proc.kill()
                 proc.wait()

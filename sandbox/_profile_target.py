@@ -2,9 +2,10 @@
 
 Builds the reference instance and the candidate (seeded alike), compiles with two warm-up calls,
 then runs exactly one forward between ``cudaProfilerStart`` and ``cudaProfilerStop``. With
-``KERNELLAB_PROFILE_GATE=1`` it waits before that forward until its parent has the GPU to itself
-(:class:`kernellab.sandbox._executor.ProfileGate`): start-up and warm-up share the GPU as correctness
-work does, only the profiled forward's replays hold it alone. Like a sandbox
+``KERNELLAB_PROFILE_GATE=1`` it asks its parent (:class:`kernellab.sandbox._executor.ProfileGate`) for
+the GPU twice: shared before it builds the problem there (its imports hold nothing), and alone before
+that forward: warm-up shares the GPU as correctness work does, only the profiled forward's replays hold
+it alone. Like a sandbox
 worker it first drops the capabilities that would let candidate code read other processes' memory
 and environment (``drop_inspect_caps``): profiling runs the candidate as evaluation does. Where the
 driver restricts performance counters to admin users (``NVreg_RestrictProfilingToAdminUsers=1``),
@@ -34,19 +35,21 @@ def main() -> None:
     job = pickle.loads((jobdir / "job.pkl").read_bytes())
     os.chdir(jobdir)
     dev = torch.device("cuda", 0)
+    gated = os.environ.get("KERNELLAB_PROFILE_GATE") == "1"
+    if gated:  # the imports needed no GPU; building the problem and warming up share it
+        _ask(jobdir, GATE_SHARE, GATE_SHARED)
     inst = instantiate(job["problem"], small=bool(job["small"]), seed=SEED, device=dev)
     mod = load_module(job["source"], jobdir, "kernellab_profiled_candidate")
     # the sandbox's nested merge: a per-kernel config entry changes that kernel's named parameters only
     apply_config(getattr(mod, "CONFIG", None), job.get("config"), getattr(mod, "SPACE", None))
     torch.manual_seed(SEED)
     model = apply_mode(mod.ModelNew(*inst.init_inputs).to(device=dev, dtype=inst.dtype), job["problem"].mode)
-    gated = os.environ.get("KERNELLAB_PROFILE_GATE") == "1"
     with torch.no_grad():
         for _ in range(2):
             model(*inst.inputs)
         torch.cuda.synchronize()
         if gated:  # the warm-up shared the GPU; the profiled forward waits until the parent has it alone
-            _wait_for_gate(jobdir)
+            _ask(jobdir, GATE_READY, GATE_GO)
         torch.cuda.profiler.start()
         model(*inst.inputs)
         torch.cuda.synchronize()
@@ -55,18 +58,20 @@ def main() -> None:
         (jobdir / GATE_DONE).touch()
 
 
-# files in the job directory: the target says it is warm, the parent that the GPU is its alone, the
-# target that the profiled forward is over (ncu's own start-up and report writing need no GPU of ours)
+# files in the job directory, each pair a request and its grant: the target is about to use the GPU and the
+# parent shares it; the target is warm and the parent has the GPU alone; then the target says the profiled
+# forward is over (ncu's own start-up and report writing need no GPU of ours)
+GATE_SHARE, GATE_SHARED = "gate-share", "gate-shared"
 GATE_READY, GATE_GO, GATE_DONE = "gate-ready", "gate-go", "gate-done"
 GATE_WAIT_S = 900.0
 
 
-def _wait_for_gate(jobdir: Path) -> None:
+def _ask(jobdir: Path, request: str, grant: str) -> None:
     import time
 
-    (jobdir / GATE_READY).touch()
+    (jobdir / request).touch()
     until = time.monotonic() + GATE_WAIT_S
-    while not (jobdir / GATE_GO).exists():
+    while not (jobdir / grant).exists():
         if time.monotonic() > until:
             raise SystemExit("kernellab profile target: the GPU was not handed over in time")
         time.sleep(0.01)

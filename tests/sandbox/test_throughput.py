@@ -167,32 +167,65 @@ def test_profiling_holds_the_gpu_alone_only_for_the_profiled_forward(tmp_path):
 
     from kernellab.sandbox._executor import ProfileGate
     from kernellab.sandbox._profile import _run_gated
-    from kernellab.sandbox._profile_target import GATE_DONE, GATE_GO, GATE_READY
+    from kernellab.sandbox._profile_target import GATE_DONE, GATE_GO, GATE_READY, GATE_SHARE, GATE_SHARED
 
     lock = RWLock()
     gate = ProfileGate("0", lock)
-    assert lock.state == (1, False, 0)  # start-up and warm-up: shared, like a job's correctness work
+    assert lock.state == (0, False, 0)  # the target's start-up (imports under ncu) holds nothing
     seen = {}
-    # a stand-in for ncu + its target: warms up, waits for the GPU, profiles, finishes, then writes its report
-    script = (f"import pathlib, time; d = pathlib.Path({str(tmp_path)!r}); time.sleep(0.3); (d / {GATE_READY!r}).touch()\n"
+    # a stand-in for ncu + its target: imports (no GPU), asks to share the GPU and warms up, waits for the GPU
+    # alone, profiles, finishes, then writes its report
+    script = (f"import pathlib, time; d = pathlib.Path({str(tmp_path)!r}); time.sleep(0.3); (d / {GATE_SHARE!r}).touch()\n"
+              f"while not (d / {GATE_SHARED!r}).exists(): time.sleep(0.01)\n"
+              f"time.sleep(0.3); (d / {GATE_READY!r}).touch()\n"
               f"while not (d / {GATE_GO!r}).exists(): time.sleep(0.01)\n"
               f"time.sleep(0.3); (d / {GATE_DONE!r}).touch(); time.sleep(0.3); print('report')")
 
     def watch() -> None:
-        for _ in range(150):
+        for _ in range(200):
             seen.setdefault(lock.state, time.monotonic())
             time.sleep(0.01)
 
+    t0 = time.monotonic()
     t = threading.Thread(target=watch)
     t.start()
     run = _run_gated([sys.executable, "-c", script], tmp_path, {}, 30.0, gate)
     t.join()
     assert run.returncode == 0 and "report" in run.stdout
+    assert seen[(0, False, 0)] - t0 < 0.2  # nothing held while the target started
     assert (0, True, 0) in seen  # alone for the profiled forward
-    assert seen[(1, False, 0)] < seen[(0, True, 0)]  # shared before it
+    assert seen[(0, False, 0)] < seen[(1, False, 0)] < seen[(0, True, 0)]  # shared for the warm-up only
     assert lock.state == (0, False, 0)  # neither held after the forward: the report needs no GPU
+    # the run's phases, for the profile event: the stand-in's forward took 0.3 s alone
+    assert {"start", "warm", "alone", "report"} <= set(gate.seconds) and 0.25 <= gate.seconds["alone"] < 5
     gate.close()
     assert lock.state == (0, False, 0)
+
+
+def test_a_profile_starting_up_lets_timings_run(tmp_path):
+    # the old gate took the reader's hold as ncu started: a timing waited out the whole start-up, and the readers
+    # queued behind that timing waited too
+    import sys
+
+    from kernellab.sandbox._executor import ProfileGate
+    from kernellab.sandbox._profile import _run_gated
+    from kernellab.sandbox._profile_target import GATE_SHARE, GATE_SHARED
+
+    lock = RWLock()
+    gate = ProfileGate("0", lock)
+    script = (f"import pathlib, time; d = pathlib.Path({str(tmp_path)!r}); time.sleep(1.5); (d / {GATE_SHARE!r}).touch()\n"
+              f"while not (d / {GATE_SHARED!r}).exists(): time.sleep(0.01)\n")
+    t = threading.Thread(target=lambda: _run_gated([sys.executable, "-c", script], tmp_path, {}, 30.0, gate))
+    t.start()
+    time.sleep(0.2)
+    got = []
+    timer = threading.Thread(target=lambda: (lock.acquire_write(), got.append(time.monotonic()), lock.release_write()))
+    t0 = time.monotonic()
+    timer.start()
+    timer.join(5)
+    t.join(10)
+    gate.close()
+    assert got and got[0] - t0 < 0.5  # the timing had the GPU while the profiled process was still starting
 
 
 def test_rwlock_lets_readers_that_waited_go_before_the_next_writer():
