@@ -557,8 +557,9 @@ class LocalExecutor(Executor):
     def profiling(self, problem: Problem | None = None, small: bool = False, gpu: str | None = None):
         """Hold a GPU for an Nsight Compute run as a job holds it: admitted for ``problem``'s footprint,
         nothing held while the profiled process starts, shared (its reader lock) while it builds the problem
-        on the GPU and warms up (:meth:`ProfileGate.share`), alone only for the profiled forward (:meth:`ProfileGate.exclusive`, which ``sandbox.profile`` enters when its target
-        is warm). Yields a :class:`ProfileGate` (``gate.gpu`` None when no GPU is visible)."""
+        on the GPU and warms up (:meth:`ProfileGate.share`), alone only for the profiled forward
+        (:meth:`ProfileGate.exclusive`, which ``sandbox.profile`` enters when its target is warm). Yields a
+        :class:`ProfileGate` (``gate.gpu`` None when no GPU is visible)."""
         if not self._gpus:
             yield ProfileGate(None, None)
             return
