@@ -664,9 +664,9 @@ class LocalExecutor(Executor):
         return w, start_error
 
     # -- memory ----------------------------------------------------------------------------------
-    def _need(self, problem: Problem, small: bool) -> tuple[int | None, int | None]:
+    def _need(self, problem: Problem, small: bool, compile_timed: bool = False) -> tuple[int | None, int | None]:
         """(bytes a job of ``problem`` needs on its device, the least it can run with); None: unknown
-        (an unknown need runs alone)."""
+        (an unknown need runs alone). ``compile_timed``: a re-timing, which times torch.compile too."""
         key = (problem.id, bool(small))
         with self._lock:
             known = key in self._estimates
@@ -691,7 +691,7 @@ class LocalExecutor(Executor):
         if grown is not None:
             need = max(need or 0, grown)
         if peak is not None:
-            return max(need or 0, measured_need(peak)), max(floor or 0, peak)
+            return max(need or 0, measured_need(peak, compile_timed)), max(floor or 0, peak)
         return need, floor
 
     def _evaluate(self, worker: _Worker, job: EvalJob, kind: str, gpu: str | None) -> tuple[dict, _Worker | None]:
@@ -710,7 +710,7 @@ class LocalExecutor(Executor):
             reason = None
             try:
                 if budget is not None:
-                    need, floor = self._need(job.problem, bool(job.small))
+                    need, floor = self._need(job.problem, bool(job.small), bool(job.retime))
                     if retry_need is not None:
                         need = max(need or 0, retry_need)
                     reason = forced_reason if alone else budget.why_alone(need)
@@ -719,7 +719,12 @@ class LocalExecutor(Executor):
                     t_admit = time.monotonic() - t_admit
                 held = [grant]  # the job may give part of its grant back once its reference peak is measured
                 try:
-                    result, keep = self._run(worker, job, gpu, grant, held=held if budget is not None else None)
+                    # a retry after running out of memory keeps the grant it is retried with, and later jobs of
+                    # the problem what the retries grew its need to
+                    with self._lock:
+                        floor_ = grant if earlier else self._oom_needs.get(key)
+                    result, keep = self._run(worker, job, gpu, grant, held=held if budget is not None else None,
+                                             regrant_floor=floor_)
                 finally:
                     if budget is not None and grant is not None:
                         budget.release(held[0])
@@ -790,7 +795,7 @@ class LocalExecutor(Executor):
         return fut, True
 
     def _run(self, w: _Worker, job: EvalJob, gpu: str | None, grant: int | None = None,
-             held: list | None = None) -> tuple[dict, bool]:
+             held: list | None = None, regrant_floor: int | None = None) -> tuple[dict, bool]:
         limits = job.limits or self.limits
         job_id = f"{os.getpid()}_{next(self._ids)}"
         key = need = bl_fut = None
@@ -802,7 +807,7 @@ class LocalExecutor(Executor):
                                job.problem.mode)
             bl_fut, need = self._baseline_future(job, key)
         try:
-            return self._run_measuring(w, job, gpu, grant, limits, job_id, key, need, bl_fut, held)
+            return self._run_measuring(w, job, gpu, grant, limits, job_id, key, need, bl_fut, held, regrant_floor)
         except BaseException:
             # every later job of this problem waits on the baseline this job was to measure: a failure of ours
             # here must hand the measuring on to the next job, never leave them waiting for good
@@ -814,13 +819,14 @@ class LocalExecutor(Executor):
 
     def _run_measuring(self, w: _Worker, job: EvalJob, gpu: str | None, grant: int | None, limits: Limits,
                        job_id: str, key: str | None, need: bool | None, bl_fut: cf.Future | None,
-                       held: list | None = None) -> tuple[dict, bool]:
+                       held: list | None = None, regrant_floor: int | None = None) -> tuple[dict, bool]:
         """Run ``job`` on ``w``. ``held``: a one-item list with the job's grant, which a ``regrant`` from the
         worker shrinks (on the budget of the job's place) and ``_evaluate`` then releases."""
         payload = {"job_id": job_id, "problem": job.problem, "source": job.source, "config": job.config,
                    "small": job.small, "trials": job.trials, "timing": job.timing, "need_baseline": need,
                    "max_jobs": self.max_jobs_per_worker, "timing_target_ms": job.timing_target_ms,
                    "stop_above_ms": job.stop_above_ms, "time_compile": bool(job.retime), "gpu_grant_bytes": grant,
+                   "regrant_floor_bytes": regrant_floor,
                    "poison_cap": min(POISON_CAP, grant // 8) if grant else POISON_CAP, "prepare_only": job.prepare,
                    # a re-timing's printed numbers come from reference outputs computed in its own job
                    "reuse_reference": not job.retime, "ref_cache_bytes": self.ref_cache_bytes,

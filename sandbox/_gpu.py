@@ -244,11 +244,23 @@ RETRIED = ("infra:oom", "sandbox")
 OOM_CLASSES = ("oom", "infra:oom")
 
 
-def measured_need(reference_peak: int) -> int:
+def measured_need(reference_peak: int, compile_timed: bool = False) -> int:
     """A job's need from its problem's measured reference peak (its parameters, one trial's inputs,
     their clone, outputs and activations): twice that -- the candidate's side and the timing's copies --
-    plus the poison and the fixed overhead."""
-    return 2 * reference_peak + min(POISON_CAP, reference_peak) + JOB_OVERHEAD
+    plus the poison and the fixed overhead. ``compile_timed`` (a re-timing: torch.compile timed in the
+    same interleaving) adds one more: the compiled model's fresh input sets and outputs (twice ran
+    KernelBench's 2_Standard_matrix_multiplication_'s final re-timing out of its grant on the H200)."""
+    return (3 if compile_timed else 2) * reference_peak + min(POISON_CAP, reference_peak) + JOB_OVERHEAD
+
+
+def regrant_cap(peak: int, grant: int | None, floor: int | None = None, compile_timed: bool = False) -> int | None:
+    """The smaller grant a running job caps itself at once its reference peak ``peak`` is measured, or None
+    to keep ``grant``: never below ``floor`` (a job retried after running out of its grant keeps what it was
+    retried with; shrunk back to the measured need, the retry ran out alike, three times)."""
+    if not grant:
+        return None
+    need = max(measured_need(peak, compile_timed), floor or 0)
+    return need if need < grant else None
 
 
 def footprint(params: int, inputs: int, outputs: int, largest_input: int = 0) -> int:

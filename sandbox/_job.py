@@ -249,7 +249,7 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
             raise _Prepared()
         phase = "load"
         w.read()  # the baseline's timing gave it up
-        w.regrant(job.get("gpu_grant_bytes"))
+        w.regrant(job.get("gpu_grant_bytes"), job.get("regrant_floor_bytes"), bool(job.get("time_compile")))
         w.phase("load")
         state["snapshot"] = StateSnapshot()
         name = f"kernellab_candidate_{job['job_id']}"

@@ -137,7 +137,7 @@ class Worker:
         self.torch.cuda.set_per_process_memory_fraction(frac, self.device)
         self.torch.cuda.reset_peak_memory_stats(self.device)
 
-    def regrant(self, grant: int | None) -> None:
+    def regrant(self, grant: int | None, floor: int | None = None, compile_timed: bool = False) -> None:
         """After the reference (and the baseline) ran: cap this job's allocator at the need its measured
         reference peak gives (what later jobs of the problem are admitted with), when that is less than
         its grant, and hand the rest back to the executor's budget. The first job of a problem is
@@ -145,10 +145,10 @@ class Worker:
         every other job of a 4-job bench waiting for a card it used 54 GB of."""
         if self.device_kind != "cuda" or not grant:
             return
-        from ._gpu import measured_need
+        from ._gpu import regrant_cap
 
-        need = measured_need(int(self.torch.cuda.max_memory_allocated(self.device)))
-        if need < grant:
+        need = regrant_cap(int(self.torch.cuda.max_memory_allocated(self.device)), grant, floor, compile_timed)
+        if need is not None:
             self.torch.cuda.set_per_process_memory_fraction(min(1.0, need / self.total_bytes), self.device)
             self.send("regrant", need)
 

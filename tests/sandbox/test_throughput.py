@@ -274,6 +274,21 @@ def test_a_running_job_hands_back_what_its_measured_need_leaves_of_its_grant():
     assert measured_need(1 << 30) == 2 * (1 << 30) + (1 << 30) + (256 << 20)
 
 
+def test_a_regrant_keeps_what_a_retime_and_a_retry_need():
+    from kernellab.sandbox._gpu import measured_need, regrant_cap
+
+    gib = 1 << 30
+    # a re-timing times torch.compile too: one more set of fresh inputs and outputs than an evaluation
+    assert measured_need(gib, compile_timed=True) == measured_need(gib) + gib
+    assert regrant_cap(gib, 8 * gib) == measured_need(gib)
+    assert regrant_cap(gib, 8 * gib, compile_timed=True) == measured_need(gib) + gib
+    # a job retried with a larger grant after running out of memory keeps it (the old cap shrank every retry
+    # back to the need that had run out, three times over)
+    assert regrant_cap(gib, 6 * gib, floor=6 * gib) is None
+    assert regrant_cap(gib, 8 * gib, floor=6 * gib) == 6 * gib
+    assert regrant_cap(gib, 2 * gib) is None and regrant_cap(gib, None) is None  # a grant only shrinks
+
+
 def test_a_prepare_job_computes_the_reference_ahead_of_the_first_evaluation():
     p = _problem("prepare")
     ex = LocalExecutor(cpu_workers=1)
