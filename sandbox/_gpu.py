@@ -1,11 +1,14 @@
 """Sharing one GPU between sandbox jobs: a reader/writer lock for measurement and a memory budget.
 
 - :class:`RWLock`: timing and profiling take it as *writer* (the GPU to themselves), correctness work
-  (reference, poison, trials, the candidate's calls) as *reader* (shared). Phase-fair: once a writer
-  waits, new readers wait behind it, so a timing never starves behind a stream of trials; and when a
-  writer releases, the readers that waited meanwhile go before the next writer, so correctness work
-  is never starved by a queue of timings either (writer-preferring alone kept readers waiting while
-  timing after timing went by: 10-18 s of ``wait_read`` per job in a 4-job bench on the H200).
+  (reference, poison, trials, the candidate's calls) as *reader* (shared). Phase-fair with bounded
+  write phases: once a writer waits, new readers wait behind it, so a timing never starves behind a
+  stream of trials; the writers waiting then go one after another for up to ``WRITE_PHASE_S``, and
+  then the readers that waited meanwhile go before the next writer, so correctness work is never
+  starved by a queue of timings either (unbounded writer preference kept readers waiting while
+  timing after timing went by: 10-18 s of ``wait_read`` per job in a 4-job bench on the H200; one
+  writer per phase made every timing wait for the longest read in flight, 1047 s of ``wait_read``
+  over 82 evaluations in an 8-job bench).
 - :class:`MemoryBudget`: jobs are admitted against a byte budget (the device's memory minus a
   margin), each with the grant its estimated need asks for, as many at once as fit. A job whose need
   is unknown, or above the whole budget (the estimate is generous), runs alone
@@ -24,10 +27,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 GIB = 1 << 30
+# A write phase of the RWLock: writers that wait when one releases go next, one at a time, until the phase
+# has lasted this long; then the readers that waited have their turn. Each switch from readers to a writer
+# waits for the longest read in flight to end, so taking the waiting timings together saves a drain each.
+WRITE_PHASE_S = 4.0
 # Poison written before a candidate call: at most this much (or the job's own size, if smaller).
 POISON_CAP = GIB
 # Fixed extra per job: the L2 flush buffer, cuBLAS/cuDNN workspaces, allocator rounding.
@@ -47,8 +55,13 @@ class RWLock:
         self._writer = False
         self._writers_waiting = 0
         self._readers_waiting = 0
-        # readers let in ahead of waiting writers: those that waited while the last writer held the lock
+        # readers let in ahead of waiting writers: those that waited while the last write phase held the lock
         self._pass = 0
+        self._phase_end: float | None = None  # when the current write phase stops taking further writers
+        # writers go in the order they came (a ticket each): two waiting timings raced for the lock otherwise
+        self._tickets = 0
+        self._serving = 0
+        self._abandoned: set[int] = set()
 
     def acquire_read(self) -> None:
         with self._cond:
@@ -74,21 +87,43 @@ class RWLock:
 
     def acquire_write(self) -> None:
         with self._cond:
+            ticket = self._tickets
+            self._tickets += 1
             self._writers_waiting += 1
+            got = False
             try:
-                while self._writer or self._readers or (self._pass and self._readers_waiting):
+                while (self._writer or self._readers or (self._pass and self._readers_waiting)
+                       or ticket != self._serving):
                     self._cond.wait()
+                got = True
             finally:
                 self._writers_waiting -= 1
+                if not got:  # an interrupted wait: the writers after it must not wait for its turn
+                    self._abandoned.add(ticket)
+                    self._skip_abandoned()
+                    self._cond.notify_all()
             self._writer = True
+            if self._phase_end is None:
+                self._phase_end = time.monotonic() + WRITE_PHASE_S
 
     def release_write(self) -> None:
         with self._cond:
             if not self._writer:
                 raise RuntimeError("release_write without the writer")
             self._writer = False
-            self._pass = self._readers_waiting
+            self._serving += 1
+            self._skip_abandoned()
+            if self._writers_waiting and self._phase_end is not None and time.monotonic() < self._phase_end:
+                self._pass = 0  # the phase goes on: the next waiting writer, the readers still after it
+            else:
+                self._pass = self._readers_waiting
+                self._phase_end = None
             self._cond.notify_all()
+
+    def _skip_abandoned(self) -> None:
+        while self._serving in self._abandoned:
+            self._abandoned.discard(self._serving)
+            self._serving += 1
 
     @contextlib.contextmanager
     def read(self) -> Iterator[None]:

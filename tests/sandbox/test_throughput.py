@@ -228,7 +228,10 @@ def test_a_profile_starting_up_lets_timings_run(tmp_path):
     assert got and got[0] - t0 < 0.5  # the timing had the GPU while the profiled process was still starting
 
 
-def test_rwlock_lets_readers_that_waited_go_before_the_next_writer():
+def test_rwlock_lets_readers_that_waited_go_before_the_next_writer(monkeypatch):
+    from kernellab.sandbox import _gpu
+
+    monkeypatch.setattr(_gpu, "WRITE_PHASE_S", 0.0)  # each write phase ends with its first writer
     lock = RWLock()
     order: list[str] = []
     lock.acquire_read()  # A: a trial in progress
@@ -250,6 +253,81 @@ def test_rwlock_lets_readers_that_waited_go_before_the_next_writer():
         t.join(5)
     # the timings still have the GPU alone, one at a time, and the trials that waited go between them
     assert order[0] == "w1" and set(order[1:3]) == {"r1", "r2"} and order[3] == "w2", order
+    assert lock.state == (0, False, 0)
+
+
+def _ordered(lock: RWLock, plan: list[tuple[str, str, float]]) -> list[str]:
+    """Start each (name, "r"/"w", hold seconds) 50 ms apart while a reader holds ``lock``, release that
+    reader, and return the order in which they got the lock."""
+    order: list[str] = []
+    lock.acquire_read()  # a trial in progress: everything below queues
+
+    def body(name: str, mode: str, hold: float) -> None:
+        with (lock.write() if mode == "w" else lock.read()):
+            order.append(name)
+            time.sleep(hold)
+
+    ts = []
+    for name, mode, hold in plan:
+        ts.append(threading.Thread(target=body, args=(name, mode, hold)))
+        ts[-1].start()
+        time.sleep(0.05)
+    lock.release_read()
+    for t in ts:
+        t.join(10)
+    assert lock.state == (0, False, 0)
+    return order
+
+
+def test_rwlock_takes_the_waiting_timings_together_within_a_write_phase(monkeypatch):
+    # one writer per phase made each timing wait for the longest read in flight: 1047 s of wait_read over
+    # 82 evaluations in an 8-job bench on the H200
+    from kernellab.sandbox import _gpu
+
+    monkeypatch.setattr(_gpu, "WRITE_PHASE_S", 5.0)
+    order = _ordered(RWLock(), [("w1", "w", 0.05), ("r1", "r", 0.05), ("w2", "w", 0.05), ("w3", "w", 0.05)])
+    assert order == ["w1", "w2", "w3", "r1"], order  # the readers' turn comes when no writer is left waiting
+
+
+def test_rwlock_ends_a_write_phase_at_its_bound(monkeypatch):
+    from kernellab.sandbox import _gpu
+
+    monkeypatch.setattr(_gpu, "WRITE_PHASE_S", 0.25)
+    order = _ordered(RWLock(), [("w1", "w", 0.3), ("r1", "r", 0.05), ("w2", "w", 0.05), ("r2", "r", 0.05)])
+    # w1 held the lock past the phase's bound: the readers that waited go before w2
+    assert order[0] == "w1" and set(order[1:3]) == {"r1", "r2"} and order[3] == "w2", order
+
+
+def test_rwlock_serves_writers_in_order_and_skips_one_whose_wait_was_interrupted():
+    lock = RWLock()
+    lock.acquire_write()
+    real_wait = lock._cond.wait
+
+    def wait(*a, **k):
+        if threading.current_thread().name == "interrupted":
+            raise KeyboardInterrupt  # what a stop raises in a waiting thread
+        return real_wait(*a, **k)
+
+    lock._cond.wait = wait
+    order: list[str] = []
+    errors: list[BaseException] = []
+
+    def writer(name: str) -> None:
+        try:
+            with lock.write():
+                order.append(name)
+        except KeyboardInterrupt as exc:
+            errors.append(exc)
+
+    ts = []
+    for name in ("a", "interrupted", "b", "c"):
+        ts.append(threading.Thread(target=writer, args=(name,), name=name))
+        ts[-1].start()
+        time.sleep(0.05)
+    lock.release_write()
+    for t in ts:
+        t.join(5)
+    assert order == ["a", "b", "c"] and len(errors) == 1  # first come, first served; nobody waits for the lost turn
     assert lock.state == (0, False, 0)
 
 
