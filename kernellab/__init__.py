@@ -7,18 +7,9 @@ Python API: ``run`` (a campaign over a file, a Problem or a model), ``load_best`
 
 from __future__ import annotations
 
-import pathlib as _pathlib
+import os as _os
 
-# In a source checkout used without installing (``PYTHONPATH=.``, as on the GPU host), map the
-# sibling folders agents/ search/ sandbox/ store/ into this package, as pyproject's package-dir does
-# for an install. Only when this file sits in a kernellab checkout, never inside site-packages.
-_root = _pathlib.Path(__file__).resolve().parent.parent
-if (_root / "pyproject.toml").is_file() and (_root / "store" / "_schema.py").is_file():
-    __path__.append(str(_root))  # noqa: F821 - the package's own __path__
-
-import os as _os  # noqa: E402
-
-import torch as _torch  # noqa: E402
+import torch as _torch
 
 # Without a CUDA device Triton kernels can only run in its interpreter, and Triton reads the switch
 # when a kernel is defined: set it before anything here imports triton, so that a winner loaded in

@@ -692,7 +692,7 @@ def _add_usage(used: dict[str, float], store: Any, campaign_id: str) -> None:
     budget counts it (``search.Usage``); read once, as the campaign ends."""
     if not used:
         return
-    from search import Usage
+    from kernellab.search import Usage
 
     u = Usage.from_store(store, campaign_id)
     for k in used:
@@ -720,7 +720,7 @@ def interpreted_size_warning(inputs: list, device: str) -> str | None:
 def _failure_text(text: str | None, limit: int = 300) -> str:
     """A failed evaluation's text for the report: a traceback's last ``limit`` characters (the exception
     and its message; its head, the sandbox's own frames, said nothing on the H200: "Traceback (most recent
-    call last): File sandbox/_job.py ..."), anything else's first."""
+    call last): File kernellab/sandbox/_job.py ..."), anything else's first."""
     text = (text or "").strip()
     if text.startswith("Traceback") and len(text) > limit:
         return "..." + text[-limit:].replace("\n", " ")

@@ -6,7 +6,7 @@ configuration. The bench machinery gives the study its incrementality: a cell's 
 finished under the same configuration hash are skipped, unfinished ones resumed, the rest started;
 so a rerun of a finished study runs nothing, and a rerun with one more policy runs only that policy.
 
-For LLM agents the content hash of the prompts and skills (``agents/prompts``, ``agents/skills``) enters
+For LLM agents the content hash of the prompts and skills (``kernellab/agents/prompts``, ``kernellab/agents/skills``) enters
 the cell's configuration hash: after an edit of a prompt the same command runs the cells again (and
 ``kernellab compare --by prompts`` sets the two versions side by side) instead of skipping them as
 finished.

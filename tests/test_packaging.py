@@ -20,6 +20,6 @@ def test_wheel_has_prompts_and_skills_without_warnings(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("kernellab-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     for folder in ("prompts", "skills"):
-        expected = sorted(p.name for p in (ROOT / "agents" / folder).glob("*.md"))
+        expected = sorted(p.name for p in (ROOT / "kernellab" / "agents" / folder).glob("*.md"))
         assert expected and sorted(Path(n).name for n in names if f"kernellab/agents/{folder}/" in n
                                    and n.endswith(".md")) == expected

@@ -7,11 +7,11 @@ import math
 
 import pytest
 from click.testing import CliRunner
-from kernellab.store import Store
 from study_store import PROBLEMS, SEEDS, add_run
 
 from kernellab.cli import main
 from kernellab.compare import CompareError, analyze, collect, compare, render_html
+from kernellab.store import Store
 
 
 def _a_final(i: int, s: int) -> float:
