@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernellab import _runtime
 from kernellab.bench import RESULTS, bench_campaigns, bench_config, config_hash, run_bench, suite_paths
 from kernellab.campaign import CampaignConfig
 from kernellab.problem import content_hash, load_problem
@@ -187,6 +188,7 @@ def run_study(suite: str, store: Any, *, name: str | None = None, policies: Sequ
               log: Callable[[str], None] | None = None) -> dict:
     """Run every cell of the matrix that is not finished yet (see the module's docstring); returns
     :func:`study_status` plus ``ran``: per cell, how many problems were skipped, resumed or started."""
+    _runtime.setup()  # before the campaign threads start (they parse sources): kernellab._runtime
     say = log or (lambda msg: None)
     # cells are compared with each other: a cell that took its evaluations from a cell run before it
     # (cross-campaign reuse) would reach its best in fewer seconds for no merit of its own strategy

@@ -20,8 +20,11 @@ from pathlib import Path
 
 
 def main() -> None:
+    from kernellab._runtime import setup
+
     from ._env import drop_inspect_caps
 
+    setup()  # what every kernellab process sets before its work (the interpreter switch, the ast lock)
     drop_inspect_caps()  # before anything of the problem's or the candidate's runs
     import torch
 

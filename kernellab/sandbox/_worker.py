@@ -248,6 +248,9 @@ def _watch_parent() -> None:
 
 
 def main() -> None:
+    from kernellab._runtime import setup
+
+    setup()  # what every kernellab process sets before its work (the interpreter switch, the ast lock)
     drop_inspect_caps()
     _limit_memory()
     _watch_parent()
