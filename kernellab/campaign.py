@@ -124,7 +124,7 @@ def start_campaign(store: Any, config: CampaignConfig, name: str | None = None, 
     cfg = asdict(config)
     cfg["problem_ids"] = [store.add_problem(p) for p in problems]
     if config.llm != "builtin":  # which prompts and skills: `kernellab compare --by prompts` groups by it
-        from kernellab.study import prompts_version
+        from kernellab.agents.llm import prompts_version
 
         cfg["prompts"] = prompts_version(config.llm)
     return store.create_campaign(name, cfg, env.device_name(device), env.versions(device))

@@ -31,7 +31,7 @@ def main() -> None:
     from kernellab.problem import apply_mode, instantiate
     from kernellab.vocab import SEED, apply_config
 
-    from ._worker import load_module
+    from ._load import load_module
 
     jobdir = Path(sys.argv[1])
     job = pickle.loads((jobdir / "job.pkl").read_bytes())
