@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from langgraph.runtime import Runtime
 
-from kernellab import campaign
+from kernellab import _runtime, campaign
 from kernellab.agents.builtin import BuiltinAgents, build
 from kernellab.agents.graph import Context, build_graph
 from kernellab.agents.graph import analyze as analyze_node
@@ -288,6 +288,7 @@ class FlakyPlanner(BuiltinAgents):
 
 
 def run_graph(ctx: Context) -> None:
+    _runtime.setup()  # as run_campaign does before it runs the graph, whose threads parse sources
     graph = build_graph(ctx.transient).compile()
     graph.invoke(start_state(ctx), {"recursion_limit": 1000}, context=ctx)
 
