@@ -38,7 +38,7 @@ test: $(VENV)/.installed
 	TRITON_INTERPRET=1 $(PY) -m pytest -m "not gpu" -q
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check kernellab agents search sandbox store tests
+	$(VENV)/bin/ruff check kernellab tests
 
 # On the GPU host: GPU tests and the GPU benchmarks in one call (see scripts/gpu_check.sh).
 gpu-test:

@@ -31,10 +31,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import kernellab  # noqa: E402,F401  (sets the interpreter switch before triton is imported)
-from kernellab import env  # noqa: E402
+from kernellab import _runtime, env  # noqa: E402
 from kernellab import optimize as opt  # noqa: E402
 from kernellab.progress import Progress  # noqa: E402
+
+# this script is an entry point: the interpreter switch (no CUDA device) before any kernel is defined, the ast lock
+_runtime.setup()
 
 # ../shared/kernelbench beside the checkout, or KERNELBENCH_DIR (a GPU host gets a copy carried in the tree)
 DEFAULT_KB = Path(os.environ.get("KERNELBENCH_DIR") or ROOT.parent / "shared" / "kernelbench")

@@ -383,6 +383,9 @@ def main() -> None:
     if args.replay:
         replay(args.replay, args.seeds, args.first_seed)
         return
+    from kernellab import _runtime
+
+    _runtime.setup()  # an entry point: without a CUDA device its kernels run in the interpreter, as the CLI's do
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     if not interpreted and not torch.cuda.is_available():
         sys.exit("no CUDA device: run on the GPU host, or with TRITON_INTERPRET=1 --smoke")

@@ -6,7 +6,7 @@ without a campaign.
 
 For each problem file: derive its small instance (``kernellab.small``: the file's ``SMALL`` or the
 shrunk size constants; deriving it runs the reference once on the CPU), capture its graph
-(``agents/builtin/capture.py``: torch.export on the meta device at full and small size), partition
+(``kernellab/agents/builtin/capture.py``: torch.export on the meta device at full and small size), partition
 and generate the seed (``build``). Per problem the row says whether it was captured (and why not),
 which ops became our own Triton kernels, which ATen ops stay with PyTorch (cuDNN, cuBLAS, ATen:
 "library"), whether a seed source came out, and one line for whatever is unsupported. Outcomes:

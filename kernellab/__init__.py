@@ -3,41 +3,49 @@ tuning and profiling GPU kernels. See README.md and docs/ARCHITECTURE.md.
 
 Python API: ``run`` (a campaign over a file, a Problem or a model), ``load_best`` (the winner's
 ``ModelNew`` class), ``load_problem``, ``Problem.from_module``; ``kernellab.export`` writes the winner's file;
-``optimize`` (a whole model: its subgraphs' campaigns and the patched model) and ``patch``."""
+``optimize`` (a whole model: its subgraphs' campaigns and the patched model) and ``patch``.
+
+This module only re-exports, lazily (PEP 562): importing ``kernellab`` or one of its light modules
+(``kernellab.vocab``) imports nothing else and changes nothing in the process. The process-wide settings
+(the Triton interpreter without a CUDA device, the ``ast.parse`` lock) are made by
+``kernellab._runtime.setup()``, which the entry points (the CLI, ``run``, ``load_best``, ``optimize``, ...)
+call."""
 
 from __future__ import annotations
 
-import pathlib as _pathlib
-
-# In a source checkout used without installing (``PYTHONPATH=.``, as on the GPU host), map the
-# sibling folders agents/ search/ sandbox/ store/ into this package, as pyproject's package-dir does
-# for an install. Only when this file sits in a kernellab checkout, never inside site-packages.
-_root = _pathlib.Path(__file__).resolve().parent.parent
-if (_root / "pyproject.toml").is_file() and (_root / "store" / "_schema.py").is_file():
-    __path__.append(str(_root))  # noqa: F821 - the package's own __path__
-
-import os as _os  # noqa: E402
-
-import torch as _torch  # noqa: E402
-
-# Without a CUDA device Triton kernels can only run in its interpreter, and Triton reads the switch
-# when a kernel is defined: set it before anything here imports triton, so that a winner loaded in
-# the process that ran its campaign (run, then load_best) is defined like every other kernel.
-# A TRITON_INTERPRET the user set is left as it is.
-_interpreter_chosen = "TRITON_INTERPRET" not in _os.environ and not _torch.cuda.is_available()
-if _interpreter_chosen:
-    _os.environ["TRITON_INTERPRET"] = "1"
-
-from ._astlock import install as _install_ast_lock  # noqa: E402
-
-_install_ast_lock()
-
-# the module kernellab.optimize is callable: kernellab.optimize(model, inputs) runs optimize.optimize
-from . import optimize  # noqa: E402
-from .campaign import run  # noqa: E402
-from .export import load_best  # noqa: E402
-from .optimize import patch  # noqa: E402
-from .problem import Problem, ProblemError, load_problem  # noqa: E402
+import importlib
+import importlib.util
 
 __version__ = "0.1.0"
 __all__ = ["Problem", "ProblemError", "load_problem", "load_best", "run", "optimize", "patch", "__version__"]
+
+# public name -> (module, attribute); None: the module itself (kernellab.optimize is a callable module:
+# kernellab.optimize(model, inputs) runs optimize.optimize)
+_EXPORTS: dict[str, tuple[str, str | None]] = {
+    "Problem": ("kernellab.problem", "Problem"),
+    "ProblemError": ("kernellab.problem", "ProblemError"),
+    "load_problem": ("kernellab.problem", "load_problem"),
+    "load_best": ("kernellab.export", "load_best"),
+    "run": ("kernellab.campaign", "run"),
+    "optimize": ("kernellab.optimize", None),
+    "patch": ("kernellab.optimize", "patch"),
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        module, attr = _EXPORTS[name]
+        value = importlib.import_module(module)
+        if attr is not None:
+            value = getattr(value, attr)
+        globals()[name] = value  # once: later lookups do not come here
+        return value
+    # a submodule not imported yet (``kernellab.export.export``, ``kernellab.campaign``): the eager package of
+    # earlier versions had them all loaded, so attribute access still reaches them
+    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -5,7 +5,7 @@ and (in the builtin's capture) ``redirect_stderr``. Two threads tracing at once 
 empty mode stack") and left ``Module.__call__`` replaced, so that every later model call in the process raised
 ``NameError: module is not installed as a submodule``: ``kernellab optimize`` on the H200, where a campaign's
 graph nodes run in threads and each new child's code generation captured the problem. Unpickling an fx
-``GraphModule`` traces it again, so executing a problem's source (``small.execute``: an ``optimize`` subgraph's
+``GraphModule`` traces it again, so executing a problem's source (``problem.execute``: an ``optimize`` subgraph's
 problem file loads its graph with ``torch.load``) takes the lock too. A re-entrant lock, since a capture executes
 the problem and may trace again inside itself.
 """

@@ -33,7 +33,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kernellab import _interrupt, env
+from kernellab import _interrupt, _runtime, env
 from kernellab._busy import BusySampler
 from kernellab.campaign import CampaignConfig, check_campaign, mark_stopped, run_campaign, start_campaign
 from kernellab.fileio import write_atomic
@@ -325,6 +325,7 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     it; ``tag``: keys merged into each new campaign's config (a study's name and cell).
     ``executor_factory``: makes the executor (e.g. a ``DaskExecutor`` for ``--cluster``), called only when
     there is work; the bench shuts it down. Default: a ``LocalExecutor`` on this host."""
+    _runtime.setup()  # before the campaign threads start (they parse sources): kernellab._runtime
     from concurrent.futures import ThreadPoolExecutor
 
     from kernellab import sandbox

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernellab import _interrupt, env
+from kernellab import _interrupt, _runtime, env
 from kernellab.problem import Problem, ProblemError, load_problem
 from kernellab.small import instance_sizes, small_fault, small_overrides
 from kernellab.vocab import DEFAULT_OBJECTIVE, OBJECTIVES, Kind, canonical_json
@@ -124,7 +124,7 @@ def start_campaign(store: Any, config: CampaignConfig, name: str | None = None, 
     cfg = asdict(config)
     cfg["problem_ids"] = [store.add_problem(p) for p in problems]
     if config.llm != "builtin":  # which prompts and skills: `kernellab compare --by prompts` groups by it
-        from kernellab.study import prompts_version
+        from kernellab.agents.llm import prompts_version
 
         cfg["prompts"] = prompts_version(config.llm)
     return store.create_campaign(name, cfg, env.device_name(device), env.versions(device))
@@ -215,6 +215,7 @@ def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: A
     returns the store's summary. ``agents`` replaces the backend the campaign's ``llm`` names (any
     object implementing ``kernellab.agents.roles.Agents``, e.g. ``make_agents(..., http_client=...)``
     for a custom transport). Raises :class:`CampaignBusy` when another process runs it now."""
+    _runtime.setup()  # the interpreter switch and the ast lock, before any work (kernellab._runtime)
     camp = store.get_campaign(campaign_id)
     if camp is None:
         raise CampaignError(f"no campaign {campaign_id!r}")
@@ -825,6 +826,7 @@ def run(problem: Any, example_inputs: list | tuple | None = None, *, db: str = "
     then gives the winner. A ``name=`` that exists in ``db`` with the same problems and settings goes on with
     that campaign (a finished one returns its summary at once); with others it is a ``CampaignError``.
     Raises ``ProblemError``/``CampaignError`` (one line) on bad input."""
+    _runtime.setup()  # the interpreter switch and the ast lock, before any work (kernellab._runtime)
     from kernellab.store import Store
 
     problem_name = options.pop("problem_name", None)

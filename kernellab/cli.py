@@ -83,8 +83,10 @@ def main() -> None:
     `interpreted`, never reported as speedups. SIGINT or SIGTERM stops any command within 10 s,
     finished evaluations saved and campaigns marked stopped (resumable); exit code 1.
     """
+    from . import _runtime
     from ._interrupt import install
 
+    _runtime.setup()  # the interpreter switch and the ast lock, before any command's work (kernellab._runtime)
     install()  # SIGTERM like Ctrl-C; the stop kills sandbox workers and is bounded by a watchdog
 
 

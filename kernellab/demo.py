@@ -15,7 +15,7 @@ DEFAULT_PROBLEM = ROOT / "experiments" / "problems" / "fusions" / "gemm_bias_gel
 
 
 def main(argv: list[str] | None = None) -> int:
-    from kernellab import env
+    from kernellab import _runtime, env
     from kernellab.campaign import CampaignConfig, run_campaign, start_campaign
     from kernellab.progress import Progress
     from kernellab.store import Store
@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", default="kernellab-report.html")
     ap.add_argument("--export-dir", default="exports")
     args = ap.parse_args(argv)
+    _runtime.setup()  # the interpreter switch and the ast lock, before any work (kernellab._runtime)
 
     cuda = env.has_cuda()
     if cuda:

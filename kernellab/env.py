@@ -52,8 +52,8 @@ def git_commit() -> str | None:
 @functools.cache
 def versions(device: str | None = None) -> dict:
     """Software versions; ``interpreter`` says whether Triton kernels run in its interpreter: always on
-    a campaign's CPU device (the sandbox workers set TRITON_INTERPRET there; kernellab's import sets it
-    in a process without a CUDA device too)."""
+    a campaign's CPU device (the sandbox workers set TRITON_INTERPRET there; the runtime setup of the entry
+    points, kernellab._runtime, sets it in a process without a CUDA device too)."""
     import torch
 
     out = {"python": platform.python_version(), "torch": torch.__version__,

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from kernellab import _runtime
 from kernellab.fileio import write_atomic
 from kernellab.vocab import ConfigError, SpaceError, apply_config, read_space
 
@@ -207,6 +208,7 @@ def _safe(name: str) -> str:
 
 def export(store: Any, campaign: str, problem: str | None = None, path: str | Path | None = None) -> tuple[Path, dict]:
     """Write the standalone file (default ``exports/best_<problem>.py``); returns the path and the record."""
+    _runtime.setup()  # the interpreter switch and the ast lock, before any work (kernellab._runtime)
     store = _open(store)
     b = best_candidate(store, campaign, problem)
     out = Path(path) if path else Path("exports") / f"best_{_safe(b['problem']['name'])}.py"
@@ -219,15 +221,15 @@ def load_best(db: Any, campaign: str, problem: str | None = None) -> type:
 
     Triton reads a kernel's source from its file, so the export is written to a file (named by the
     hash of its text, under the temp directory) and imported from there, not exec'd from a string.
-    Without a CUDA device (and no ``TRITON_INTERPRET`` set) kernellab's import and the file's header
-    switch Triton to its interpreter before any kernel is defined, and this says so on stderr.
+    Without a CUDA device (and no ``TRITON_INTERPRET`` set) the runtime setup (``kernellab._runtime``, made
+    here or by the campaign run in this process before) and the file's header switch Triton to its interpreter
+    before any kernel is defined, and this says so on stderr.
     """
+    _runtime.setup()  # the interpreter switch and the ast lock, before any work (kernellab._runtime)
     store = _open(db)
     text = export_source(store, campaign, problem)
-    import kernellab
-
-    if kernellab._interpreter_chosen or ("TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available()):
-        # kernellab's import (and the file's own header) made this choice; said once here, where the
+    if _runtime.interpreter_chosen or ("TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available()):
+        # the runtime setup (and the file's own header) made this choice; said once here, where the
         # user did not read it
         print("kernellab: no CUDA device: the exported kernels run in the Triton interpreter "
               "(TRITON_INTERPRET=1)", file=sys.stderr)

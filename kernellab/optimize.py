@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from kernellab import _runtime
 from kernellab._tracing import TRACE_LOCK
 from kernellab.problem import Problem, ProblemError, content_hash
 
@@ -557,6 +558,7 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
     process, which calling ``optimize`` accepts); end to end the check and the timings of eager, the
     patched model and torch.compile (GPU only; on a CPU kernels are interpreted and no speedup is claimed).
     A rerun into the same ``db`` skips the problems whose campaign finished."""
+    _runtime.setup()  # the interpreter switch and the ast lock, before any work (kernellab._runtime)
     from kernellab import env, sandbox
     from kernellab.campaign import CampaignConfig, CampaignError, check_campaign, run_campaign
     from kernellab.store import Store
@@ -692,7 +694,7 @@ def _add_usage(used: dict[str, float], store: Any, campaign_id: str) -> None:
     budget counts it (``search.Usage``); read once, as the campaign ends."""
     if not used:
         return
-    from search import Usage
+    from kernellab.search import Usage
 
     u = Usage.from_store(store, campaign_id)
     for k in used:
@@ -720,7 +722,7 @@ def interpreted_size_warning(inputs: list, device: str) -> str | None:
 def _failure_text(text: str | None, limit: int = 300) -> str:
     """A failed evaluation's text for the report: a traceback's last ``limit`` characters (the exception
     and its message; its head, the sandbox's own frames, said nothing on the H200: "Traceback (most recent
-    call last): File sandbox/_job.py ..."), anything else's first."""
+    call last): File kernellab/sandbox/_job.py ..."), anything else's first."""
     text = (text or "").strip()
     if text.startswith("Traceback") and len(text) > limit:
         return "..." + text[-limit:].replace("\n", " ")
@@ -943,6 +945,7 @@ def patch(model: nn.Module, db: Any, example_inputs: list | tuple | None = None,
     ``atol``/``rtol`` (default 1e-3 for fp32, 2e-2 for half types). A unit whose winner fails its own
     check on those inputs goes back to PyTorch; ``patched.kernellab_check`` records the outcome and
     ``patched.kernellab_patches`` each unit's."""
+    _runtime.setup()  # the interpreter switch and the ast lock, before any work (kernellab._runtime)
     from kernellab.store import Store
 
     if not isinstance(model, nn.Module):

@@ -22,7 +22,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["Problem", "ProblemError", "load_problem", "content_hash", "DEFAULT_TOLERANCES", "MODES", "apply_mode", "declared_mode"]
+from kernellab._tracing import TRACE_LOCK
+
+__all__ = ["Problem", "ProblemError", "load_problem", "content_hash", "execute", "DEFAULT_TOLERANCES", "MODES", "apply_mode", "declared_mode"]
 
 # (atol, rtol) per dtype, the defaults a problem's ATOL/RTOL override.
 DEFAULT_TOLERANCES = {
@@ -62,6 +64,45 @@ def content_hash(*parts: str | bytes, n: int = 16) -> str:
     return h.hexdigest()[:n]
 
 
+def execute(problem: Problem, overrides: dict[str, Any] | None) -> types.ModuleType:
+    """The problem's source executed into a fresh module; each top-level assignment of a name in
+    ``overrides`` is followed by an assignment of the override, so later statements see it."""
+    mod = types.ModuleType(f"kernellab_problem_{problem.name}")
+    mod.__file__ = problem.path or f"<{problem.name}>"
+    if problem.artifacts:
+        mod.__dict__["KERNELLAB_ARTIFACTS"] = problem.artifacts
+    if not overrides:
+        with TRACE_LOCK:  # a problem of `optimize` unpickles an fx GraphModule, and unpickling one traces it
+            exec(compile(problem.source, mod.__file__, "exec"), mod.__dict__)
+        return mod
+    tree = ast.parse(problem.source, filename=mod.__file__)
+    body, seen = [], set()
+    for stmt in tree.body:
+        body.append(stmt)
+        for name in [n for n in _bound_names(stmt) if n in overrides]:
+            seen.add(name)
+            body.append(ast.parse(f"{name} = _KERNELLAB_SMALL[{name!r}]").body[0])
+    tree.body = body
+    ast.fix_missing_locations(tree)
+    mod.__dict__["_KERNELLAB_SMALL"] = dict(overrides)
+    with TRACE_LOCK:
+        exec(compile(tree, mod.__file__, "exec"), mod.__dict__)
+    del mod.__dict__["_KERNELLAB_SMALL"]
+    for key, value in overrides.items():
+        if key not in seen:  # bound somewhere other than a plain top-level assignment
+            setattr(mod, key, value)
+    return mod
+
+
+def _bound_names(stmt: ast.stmt) -> list[str]:
+    """Names a top-level assignment binds (``a = b = 1``, ``h, w = 1, 2``, ``x: int = 1``)."""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+    names: list[str] = []
+    for t in targets:
+        names += [e.id for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]) if isinstance(e, ast.Name)]
+    return names
+
+
 # Problem.settings() by (source hash, artifact names): module-level constants, the same for the same source
 _SETTINGS_CACHE: dict[tuple, dict[str, Any]] = {}
 
@@ -87,9 +128,13 @@ class Problem:
         """Execute the source into a fresh module; with ``small`` execute it with the small
         instance's constants (``SMALL``, or the derived shrink of :func:`derive_small`) in place of
         the file's own, so that constants computed from them (``bias_shape = (out, 1, 1)``) follow."""
-        from kernellab.small import execute, small_overrides
+        if not small:
+            return execute(self, None)
+        # the small instance is found by building the problem at trial sizes (kernellab.small, the layer above):
+        # reached at call time
+        from kernellab.small import small_overrides
 
-        return execute(self, small_overrides(self) if small else None)
+        return execute(self, small_overrides(self))
 
     # -- numerics settings ---------------------------------------------------------------------
     def settings(self, mod: types.ModuleType | None = None) -> dict[str, Any]:

@@ -12,10 +12,9 @@ from typing import Any
 
 import torch
 
-from kernellab._tracing import TRACE_LOCK
-from kernellab.problem import DEFAULT_TOLERANCES, Problem, ProblemError, instantiate, output_tensors
+from kernellab.problem import DEFAULT_TOLERANCES, Problem, ProblemError, execute, instantiate, output_tensors
 
-__all__ = ["SMALL_ELEMENT_LIMIT", "NoSmallInstance", "derive_small", "execute", "instance_sizes", "null_reference",
+__all__ = ["SMALL_ELEMENT_LIMIT", "NoSmallInstance", "derive_small", "instance_sizes", "null_reference",
            "recorded_instances", "shrink", "size_constants", "small_fault", "small_or_empty", "small_overrides"]
 
 
@@ -37,36 +36,6 @@ _SMALL_CACHE: dict[str, dict[str, Any] | ProblemError] = {}
 _NULL_TRIALS = 4
 _FAULT_CACHE: dict[tuple[str, int], str | None] = {}
 _SETTINGS = {"ATOL", "RTOL", "DTYPE", "MODE", "SMALL"}
-
-
-def execute(problem: Problem, overrides: dict[str, Any] | None) -> types.ModuleType:
-    """The problem's source executed into a fresh module; each top-level assignment of a name in
-    ``overrides`` is followed by an assignment of the override, so later statements see it."""
-    mod = types.ModuleType(f"kernellab_problem_{problem.name}")
-    mod.__file__ = problem.path or f"<{problem.name}>"
-    if problem.artifacts:
-        mod.__dict__["KERNELLAB_ARTIFACTS"] = problem.artifacts
-    if not overrides:
-        with TRACE_LOCK:  # a problem of `optimize` unpickles an fx GraphModule, and unpickling one traces it
-            exec(compile(problem.source, mod.__file__, "exec"), mod.__dict__)
-        return mod
-    tree = ast.parse(problem.source, filename=mod.__file__)
-    body, seen = [], set()
-    for stmt in tree.body:
-        body.append(stmt)
-        for name in [n for n in _bound_names(stmt) if n in overrides]:
-            seen.add(name)
-            body.append(ast.parse(f"{name} = _KERNELLAB_SMALL[{name!r}]").body[0])
-    tree.body = body
-    ast.fix_missing_locations(tree)
-    mod.__dict__["_KERNELLAB_SMALL"] = dict(overrides)
-    with TRACE_LOCK:
-        exec(compile(tree, mod.__file__, "exec"), mod.__dict__)
-    del mod.__dict__["_KERNELLAB_SMALL"]
-    for key, value in overrides.items():
-        if key not in seen:  # bound somewhere other than a plain top-level assignment
-            setattr(mod, key, value)
-    return mod
 
 
 def _declared_small(problem: Problem) -> dict[str, Any] | None:
@@ -134,15 +103,6 @@ def size_constants(source: str) -> dict[str, int | tuple[int, ...]]:
             if isinstance(t, ast.Name) and t.id not in _SETTINGS and size(v) is not None:
                 out[t.id] = size(v)  # type: ignore[assignment]
     return out
-
-
-def _bound_names(stmt: ast.stmt) -> list[str]:
-    """Names a top-level assignment binds (``a = b = 1``, ``h, w = 1, 2``, ``x: int = 1``)."""
-    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
-    names: list[str] = []
-    for t in targets:
-        names += [e.id for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]) if isinstance(e, ast.Name)]
-    return names
 
 
 def shrink(constants: dict[str, int], cap: int, strict: bool = False) -> dict[str, int]:

@@ -6,7 +6,7 @@ configuration. The bench machinery gives the study its incrementality: a cell's 
 finished under the same configuration hash are skipped, unfinished ones resumed, the rest started;
 so a rerun of a finished study runs nothing, and a rerun with one more policy runs only that policy.
 
-For LLM agents the content hash of the prompts and skills (``agents/prompts``, ``agents/skills``) enters
+For LLM agents the content hash of the prompts and skills (``kernellab/agents/prompts``, ``kernellab/agents/skills``) enters
 the cell's configuration hash: after an edit of a prompt the same command runs the cells again (and
 ``kernellab compare --by prompts`` sets the two versions side by side) instead of skipping them as
 finished.
@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernellab import _runtime
 from kernellab.bench import RESULTS, bench_campaigns, bench_config, config_hash, run_bench, suite_paths
 from kernellab.campaign import CampaignConfig
-from kernellab.problem import content_hash, load_problem
+from kernellab.problem import load_problem
 
-__all__ = ["StudyError", "Cell", "plan_cells", "prompts_version", "run_study", "study_status", "cell_campaigns"]
+__all__ = ["StudyError", "Cell", "plan_cells", "run_study", "study_status", "cell_campaigns"]
 
 # the settings a cell sets; everything else is shared by the whole study
 _CELL_KEYS = ("policy", "llm", "seed")
@@ -82,16 +83,6 @@ def parse_list(text: str | Sequence[str], what: str) -> list[str]:
     return out
 
 
-def prompts_version(agents: str) -> str | None:
-    """The content hash of every role's system prompt (prompt, skills, answer schema) the LLM agents
-    would send now; None for the builtin agents, which read no prompt."""
-    if agents == "builtin":
-        return None
-    from kernellab.agents.llm import ROLE_SKILLS, system_prompt
-
-    return content_hash(*(system_prompt(role).version for role in sorted(ROLE_SKILLS)), n=12)
-
-
 def plan_cells(policies: Sequence[str], agents: Sequence[str], seeds: Sequence[int]) -> list[Cell]:
     """Seed-major order: every strategy's seed 0 runs before any seed 1, so a study stopped half-way
     holds complete pairs for the seeds it finished."""
@@ -103,7 +94,12 @@ def plan_cells(policies: Sequence[str], agents: Sequence[str], seeds: Sequence[i
     bad = [a for a in agents if a != "builtin" and not re.fullmatch(r"(anthropic|openai):\S+", a)]
     if bad:
         raise StudyError(f"--agents {','.join(bad)!r}: each is builtin, anthropic:<model> or openai:<model>")
-    versions = {a: prompts_version(a) for a in agents}
+    if all(a == "builtin" for a in agents):  # the builtin agents read no prompt (None); no LLM package imported
+        versions: dict[str, str | None] = dict.fromkeys(agents)
+    else:
+        from kernellab.agents.llm import prompts_version
+
+        versions = {a: prompts_version(a) for a in agents}
     return [Cell(p, a, s, versions[a]) for s in seeds for a in agents for p in policies]
 
 
@@ -187,6 +183,7 @@ def run_study(suite: str, store: Any, *, name: str | None = None, policies: Sequ
               log: Callable[[str], None] | None = None) -> dict:
     """Run every cell of the matrix that is not finished yet (see the module's docstring); returns
     :func:`study_status` plus ``ran``: per cell, how many problems were skipped, resumed or started."""
+    _runtime.setup()  # before the campaign threads start (they parse sources): kernellab._runtime
     say = log or (lambda msg: None)
     # cells are compared with each other: a cell that took its evaluations from a cell run before it
     # (cross-campaign reuse) would reach its best in fewer seconds for no merit of its own strategy

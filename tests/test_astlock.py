@@ -1,4 +1,6 @@
-"""ast.parse is serialized across threads once kernellab is imported (python/cpython#106905)."""
+"""ast.parse is serialized across threads once the runtime is set up (python/cpython#106905):
+``kernellab._runtime.setup()``, which the entry points call first (the CLI, campaigns, load_best, optimize...;
+tests/test_runtime.py checks that they do)."""
 
 from __future__ import annotations
 
@@ -6,8 +8,14 @@ import ast
 import threading
 import time
 
-import kernellab  # noqa: F401  (installs the lock)
-from kernellab import _astlock
+import pytest
+
+from kernellab import _astlock, _runtime
+
+
+@pytest.fixture(autouse=True)
+def _set_up() -> None:
+    _runtime.setup()  # installs the lock, as every entry point does before its work
 
 
 def test_ast_parse_is_the_serialized_one_and_still_parses():

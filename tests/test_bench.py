@@ -79,8 +79,6 @@ def test_bench_cli_on_cpu(tmp_path: Path) -> None:
 
 # -- whole-suite scoring, kernel wins, incremental and sharded runs -----------------------------------------
 
-from kernellab.store import Store  # noqa: E402
-
 from kernellab import load_problem  # noqa: E402
 from kernellab.bench import (  # noqa: E402
     BenchError,
@@ -94,6 +92,7 @@ from kernellab.bench import (  # noqa: E402
 )
 from kernellab.fileio import write_atomic  # noqa: E402
 from kernellab.progress import Progress  # noqa: E402
+from kernellab.store import Store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # a tiny suite: sorted by path, fusions/pointwise_chain is rank 0 and ops/softmax rank 1

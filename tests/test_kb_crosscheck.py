@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from kernellab.store import Store
 
 from kernellab import load_problem
+from kernellab.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "experiments" / "kb_crosscheck.py"

@@ -8,6 +8,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -20,6 +22,16 @@ def test_wheel_has_prompts_and_skills_without_warnings(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("kernellab-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     for folder in ("prompts", "skills"):
-        expected = sorted(p.name for p in (ROOT / "agents" / folder).glob("*.md"))
+        expected = sorted(p.name for p in (ROOT / "kernellab" / "agents" / folder).glob("*.md"))
         assert expected and sorted(Path(n).name for n in names if f"kernellab/agents/{folder}/" in n
                                    and n.endswith(".md")) == expected
+
+
+def test_every_folder_of_the_tree_is_a_listed_package() -> None:
+    """pyproject lists the packages by hand (prompts/ and skills/ hold only data): a folder added under
+    kernellab/ and not listed there would be missing from the wheel, and from the GPU host's install."""
+    tomllib = pytest.importorskip("tomllib")
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {".".join(d.relative_to(ROOT).parts) for d in [ROOT / "kernellab", *(ROOT / "kernellab").rglob("*")]
+               if d.is_dir() and d.name != "__pycache__" and any(f.suffix in (".py", ".md") for f in d.iterdir())}
+    assert listed == folders

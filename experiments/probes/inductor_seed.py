@@ -1,5 +1,5 @@
 """Does the Inductor seed start no worse than torch.compile? For each problem: make the seed
-(``agents/builtin/inductor.py``: torch.compile's own output module wrapped as a ModelNew), judge it in the
+(``kernellab/agents/builtin/inductor.py``: torch.compile's own output module wrapped as a ModelNew), judge it in the
 sandbox with a winner-style re-timing (the job compiles the reference with torch.compile itself and times
 candidate, eager and torch.compile interleaved), and print its time next to torch.compile's.
 

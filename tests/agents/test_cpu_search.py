@@ -7,15 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from kernellab.agents.builtin import build
 from kernellab.agents.builtin.cost import eager_profile, modelled_ms
 from kernellab.agents.builtin.modelled import config_variants, literal_config, model_candidate
 from kernellab.agents.builtin.planner import modelled_time
-from kernellab.search import POLICIES, Tree, read_space, score_of
-from kernellab.store import Store
-
 from kernellab.campaign import CampaignConfig, run_campaign, start_campaign
 from kernellab.problem import load_problem
+from kernellab.search import POLICIES, Tree, read_space, score_of
+from kernellab.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 GEMM = ROOT / "experiments" / "problems" / "fusions" / "gemm_bias_gelu.py"

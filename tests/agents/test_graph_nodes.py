@@ -7,6 +7,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from langgraph.runtime import Runtime
+
+from kernellab import _runtime, campaign
 from kernellab.agents.builtin import BuiltinAgents, build
 from kernellab.agents.graph import Context, build_graph
 from kernellab.agents.graph import analyze as analyze_node
@@ -17,14 +20,11 @@ from kernellab.agents.graph import plan as plan_node
 from kernellab.agents.graph import profile as profile_node
 from kernellab.agents.graph import select as select_node
 from kernellab.agents.graph import tune as tune_node
-from kernellab.search import Tree
-from kernellab.store import Store
-from langgraph.runtime import Runtime
-
-from kernellab import campaign
 from kernellab.campaign import CampaignConfig, resume_campaign, run_campaign, start_campaign
 from kernellab.problem import load_problem
 from kernellab.progress import Progress
+from kernellab.search import Tree
+from kernellab.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 AFFINE = Path(__file__).resolve().parent / "affine_problem.py"
@@ -288,6 +288,7 @@ class FlakyPlanner(BuiltinAgents):
 
 
 def run_graph(ctx: Context) -> None:
+    _runtime.setup()  # as run_campaign does before it runs the graph, whose threads parse sources
     graph = build_graph(ctx.transient).compile()
     graph.invoke(start_state(ctx), {"recursion_limit": 1000}, context=ctx)
 

@@ -17,7 +17,6 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "llm"))  # the recorded-exchange helpers of tests/agents/llm
 
-from kernellab.store import Store  # noqa: E402
 from llm_recorded import (  # noqa: E402
     FAKE_ANTHROPIC_KEY,
     FAKE_OPENAI_KEY,
@@ -28,6 +27,7 @@ from llm_recorded import (  # noqa: E402
 )
 
 from kernellab.campaign import CampaignConfig, resume_campaign, run_campaign, start_campaign  # noqa: E402
+from kernellab.store import Store  # noqa: E402
 
 PROBLEM = HERE / "affine_problem.py"
 LOCAL = "Qwen/Qwen2.5-Coder-32B-Instruct"

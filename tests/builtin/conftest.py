@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from kernellab.sandbox._interp import apply_numpy_shim
 
 # Triton 3.6's interpreter cannot turn runtime loop bounds into ints under NumPy >= 2.4; the sandbox

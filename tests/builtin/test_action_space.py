@@ -7,12 +7,12 @@ import hashlib
 from pathlib import Path
 
 import pytest
+
+from kernellab import sandbox
 from kernellab.agents.builtin import Precision, build, built
 from kernellab.agents.builtin.actions import Fuse, ReductionMode, Split
 from kernellab.agents.builtin.codegen import allow_tf32
 from kernellab.agents.builtin.planner import Applicable, applicable_actions, modelled_time
-
-from kernellab import sandbox
 from kernellab.problem import Problem, load_problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,8 +180,8 @@ def test_persistent_pointwise_walks_several_blocks_per_program(load):
     """The persistent pointwise kernel is a grid-stride loop: on the interpreter three programs cover the
     small domain's five 1024-wide blocks, and the output matches the flat kernel's."""
     import torch
-    from kernellab.agents.builtin import Persistent
 
+    from kernellab.agents.builtin import Persistent
     from kernellab.problem import instantiate
 
     p = _problem("fusions/pointwise_chain")

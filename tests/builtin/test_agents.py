@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from kernellab.agents.builtin import (
     BuiltinAgents,
     KeepRowOut,
@@ -23,7 +24,6 @@ from kernellab.agents.builtin import (
 )
 from kernellab.agents.builtin.actions import ACTIONS, Fuse
 from kernellab.agents.roles import Agents, Proposal
-
 from kernellab.problem import Problem
 
 LINEAR_SOFTMAX = '''import torch

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from kernellab.agents.builtin import CaptureError, build, capture
 from kernellab.agents.builtin.ir import Dyn, Sym
-
 from kernellab.problem import Problem
 
 HEADS = '''import torch

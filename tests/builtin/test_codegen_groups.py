@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernellab.agents.builtin import ReductionMode, SetConfig, build, built
 
+from kernellab.agents.builtin import ReductionMode, SetConfig, build, built
 from kernellab.problem import Problem, apply_mode
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from kernellab.agents.builtin import LibraryGemm, SetConfig, action_from_dict, build, built
-from kernellab.agents.builtin.conv import ConvSpec, conv_kernel
 
 from kernellab import sandbox
+from kernellab.agents.builtin import LibraryGemm, SetConfig, action_from_dict, build, built
+from kernellab.agents.builtin.conv import ConvSpec, conv_kernel
 from kernellab.problem import Problem, apply_mode, load_problem
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The Inductor seed: torch.compile's own generated code wrapped as a candidate (agents/builtin/inductor.py).
+"""The Inductor seed: torch.compile's own generated code wrapped as a candidate (kernellab/agents/builtin/inductor.py).
 
 On the CPU, Inductor's Triton backend (``cpu_backend = "triton"``) writes the kernels and its runtime runs
 them in the interpreter, so the seed is generated and judged by the real sandbox here; the GPU tests check
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from kernellab.agents.builtin import BuiltinAgents
 from kernellab.agents.builtin.inductor import InductorSeedError, inductor_seed
-from kernellab.sandbox import evaluate
-
 from kernellab.problem import Problem, instantiate, load_problem
+from kernellab.sandbox import evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 LINEAR_RELU = ROOT / "tests" / "export" / "linear_relu.py"
@@ -174,9 +174,8 @@ def test_a_dynamo_disable_wrapper_of_manual_seed_is_no_patch_but_another_wrapper
 
 @cpu_only
 def test_a_campaign_stores_the_inductor_seed_with_its_origin(tmp_path: Path) -> None:
-    from kernellab.store import Store
-
     from kernellab.campaign import CampaignConfig, run_campaign, start_campaign
+    from kernellab.store import Store
 
     store = Store(str(tmp_path / "k.db"))
     cfg = CampaignConfig(problems=[str(LINEAR_RELU)], budget=3, trials=2, device="cpu", inductor_seed=True)

@@ -5,10 +5,10 @@ and keep the full size's values out of the generated code."""
 from __future__ import annotations
 
 import pytest
-from kernellab.agents.builtin import build, capture
-from kernellab.agents.builtin.ir import Dyn
 
 from kernellab import sandbox
+from kernellab.agents.builtin import build, capture
+from kernellab.agents.builtin.ir import Dyn
 from kernellab.problem import Problem
 
 TRIL = '''import torch

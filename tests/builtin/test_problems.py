@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kernellab.agents.builtin import build
 
 from kernellab import sandbox
+from kernellab.agents.builtin import build
 from kernellab.problem import load_problem
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from kernellab.agents.builtin import ReductionMode, SetConfig, build, built
 from kernellab.agents.builtin.codegen import auto_split_k, default_precision, tf32x3_ok
-
 from kernellab.problem import Problem
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from kernellab.store import Store
 
 from kernellab.campaign import CampaignConfig, run_campaign, start_campaign
+from kernellab.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = ROOT / "experiments" / "problems" / "fusions" / "gemm_bias_gelu.py"
@@ -38,6 +38,7 @@ def _check_tuned(store: Store, campaign_id: str, db: Path) -> None:
     """A `tune` event is not enough (a tuner that raises records one too): an Optuna study with
     completed trials, trial evaluations and a re-timed tuned configuration in the store."""
     import optuna
+
     from kernellab.search._tune import study_name
 
     tuned = [e["payload"] for e in store.events(campaign_id, "tune") if "error" not in e["payload"]]

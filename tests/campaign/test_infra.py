@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kernellab.sandbox import Limits, LocalExecutor, SandboxUnavailable
-from kernellab.store import Store
 
 from kernellab.campaign import CampaignConfig, run_campaign, start_campaign
+from kernellab.sandbox import Limits, LocalExecutor, SandboxUnavailable
+from kernellab.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = ROOT / "tests" / "sandbox" / "problems" / "tiny_relu.py"

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from kernellab.store import Store
 
 from kernellab.campaign import CampaignBusy, campaign_lock
+from kernellab.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 AFFINE = ROOT / "tests" / "agents" / "affine_problem.py"

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kernellab.store import Store
 
 import kernellab
 from kernellab.cli import _finish
+from kernellab.store import Store
 
 ONE_CHANNEL = Path(__file__).resolve().parents[1] / "sandbox" / "problems" / "one_channel_groups.py"
 

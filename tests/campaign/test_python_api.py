@@ -11,11 +11,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from kernellab.store import Store
 
 import kernellab
 from kernellab.campaign import CampaignConfig, run_campaign, start_campaign
 from kernellab.problem import load_problem
+from kernellab.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 KB_GEMM = ROOT / "tests" / "problems" / "kb_gemm_add_relu.py"

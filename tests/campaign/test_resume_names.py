@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from kernellab.store import Store
 from rich.console import Console
 
 import kernellab
@@ -18,6 +17,7 @@ from kernellab.campaign import CampaignConfig, CampaignError, campaign_lock, is_
 from kernellab.cli import _interruptible, main
 from kernellab.problem import load_problem
 from kernellab.progress import Progress
+from kernellab.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 KB_GEMM = ROOT / "tests" / "problems" / "kb_gemm_add_relu.py"

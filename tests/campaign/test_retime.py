@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from kernellab.search import Tree
-from kernellab.store import WINNER_RETIME, Store
 
 from kernellab import Problem
 from kernellab.campaign import CampaignConfig, _band, retime_winners, run_campaign, start_campaign
 from kernellab.cli import main
+from kernellab.search import Tree
+from kernellab.store import WINNER_RETIME, Store
 
 ROOT = Path(__file__).resolve().parents[2]
 AFFINE = ROOT / "tests" / "agents" / "affine_problem.py"

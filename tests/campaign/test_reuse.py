@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kernellab.sandbox import LocalExecutor
-from kernellab.store import Store
 
 from kernellab.campaign import CampaignConfig, run_campaign, start_campaign
+from kernellab.sandbox import LocalExecutor
+from kernellab.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = ROOT / "tests" / "sandbox" / "problems" / "tiny_relu.py"

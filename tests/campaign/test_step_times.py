@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from kernellab.agents import graph
-from kernellab.store import Store
 from rich.console import Console
 
+from kernellab.agents import graph
 from kernellab.campaign import CampaignConfig, format_step_times, run_campaign, start_campaign, step_times
 from kernellab.progress import Progress
+from kernellab.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 AFFINE = ROOT / "tests" / "agents" / "affine_problem.py"

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from kernellab.store import Store
 
 from kernellab.campaign import TUNE_TRIALS_MAX, TUNE_TRIALS_MIN, CampaignConfig
+from kernellab.store import Store
 from kernellab.vocab import Kind, best_evaluation, is_winner_retime
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +38,7 @@ def _check_tuning(store: Store, cid: str, db: Path) -> list[dict]:
     """No tune event carries an error, and each tuning's best configuration was recorded as a correct
     evaluation with that config, which the vocabulary ranks first among the tuning's re-timings."""
     import optuna
+
     from kernellab.search._tune import study_name
 
     events = [e["payload"] for e in store.events(cid, "tune")]

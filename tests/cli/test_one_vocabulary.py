@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from kernellab.store import Store
 
 from kernellab import Problem, report
 from kernellab.campaign import CampaignConfig
 from kernellab.cli import main
 from kernellab.export import _bake
+from kernellab.store import Store
 
 SRC = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x + 1\n" \
       "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n"

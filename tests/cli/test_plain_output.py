@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from click.testing import CliRunner
-from kernellab.store import Store
 
 from kernellab.cli import main
 from kernellab.problem import load_problem
+from kernellab.store import Store
 
 PROBLEM = Path(__file__).resolve().parents[1] / "problems" / "kb_gemm_add_relu.py"
 LONG = "x = torch.nn.functional.relu(torch.nn.functional.linear(x, self.weight, self.bias)) * 2.0 + 1.0  # " + "w" * 60

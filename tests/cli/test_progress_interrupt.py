@@ -121,9 +121,8 @@ def test_versions_say_interpreter_for_a_cpu_campaign(monkeypatch: pytest.MonkeyP
 
 
 def test_resumed_panel_starts_from_the_stored_counts(tmp_path: Path) -> None:
-    from kernellab.store import Store
-
     from kernellab.problem import load_problem
+    from kernellab.store import Store
 
     store = Store(tmp_path / "k.db")
     cid = store.create_campaign("c", {"budget": 4}, "cpu", {})

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from kernellab.store import Store
 
 from kernellab import load_best, load_problem
 from kernellab.cli import main
 from kernellab.export import ExportError, NoCorrectCandidate, export_source
+from kernellab.store import Store
 
 HERE = Path(__file__).resolve().parent
 PROBLEM = HERE / "linear_relu.py"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import optuna
 import pytest
-from kernellab.search._tune import optuna_storage, study_name
-from kernellab.store import Store
 
 from kernellab import Problem
+from kernellab.search._tune import optuna_storage, study_name
+from kernellab.store import Store
 
 SRC = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
        "def get_inputs():\n    return [torch.randn(8)]\ndef get_init_inputs():\n    return []\n")

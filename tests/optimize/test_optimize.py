@@ -309,7 +309,7 @@ def test_a_failure_in_the_report_ends_with_its_exception() -> None:
     frames), a judge's message its start, each on one line."""
     from kernellab.optimize import _failure_text
 
-    tb = ("Traceback (most recent call last):\n  File \"sandbox/_job.py\", line 253, in run_job\n"
+    tb = ("Traceback (most recent call last):\n  File \"kernellab/sandbox/_job.py\", line 253, in run_job\n"
           + "    frame\n" * 80 + "triton.runtime.errors.OutOfResources: out of resource: shared memory, "
           "Required: 262144, Hardware limit: 232448")
     text = _failure_text(tb)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernellab.store import Store
-
 from kernellab import load_problem
+from kernellab.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEMS = [ROOT / "tests/export/linear_relu.py", ROOT / "experiments/problems/fusions/gemm_bias_gelu.py"]
@@ -56,7 +55,7 @@ def build_campaign(store: Store, name: str = "demo", interpreted: bool = False, 
         store.add_event(cid, "analyze", {"candidate_id": tuned, "bound": "compute", "pct_of_ceiling": 73.0,
                                          "evidence": f"problem {k}: tensor cores busy 73%", "next_ideas": ["split-K"]})
         if metrics == "ncu" and not interpreted:
-            # the names the sandbox's ncu profile writes (sandbox/_profile.py), derived rates included
+            # the names the sandbox's ncu profile writes (kernellab/sandbox/_profile.py), derived rates included
             rows = []
             for kern, ns, rd, wr, fma in (("gemm_kernel", 480_000.0, 6.0e6, 3.0e6, 4.0e9), ("relu_kernel", 2_000.0, 2.0e6, 1.0e6, 0.0)):
                 rows += [(kern, "duration_ns", ns), (kern, "dram_bytes_read", rd), (kern, "dram_bytes_write", wr),

@@ -7,10 +7,10 @@ import stat
 from pathlib import Path
 
 import pytest
-from kernellab.store import Store
 from report_campaign import build_campaign
 
 from kernellab import export, fileio, report
+from kernellab.store import Store
 
 
 def _boom(*a, **k):

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from kernellab.store import Store, StoreError
 from report_campaign import build_campaign
 
 from kernellab.cli import main
 from kernellab.report import SECTIONS, render
+from kernellab.store import Store, StoreError
 
 
 class _Sections(HTMLParser):
@@ -168,8 +168,9 @@ def _speedups_html(html: str, problem: str) -> str:
 
 def test_report_shows_the_reported_best_under_the_campaign_objective(store: Store) -> None:
     """One winner per problem under the campaign's --objective, and its re-timing when it has one."""
-    from kernellab.store import WINNER_RETIME
     from report_campaign import timed
+
+    from kernellab.store import WINNER_RETIME
 
     cid = build_campaign(store)
     camp = store.get_campaign(cid)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from kernellab.store import Store
 from report_campaign import ROOT, build_campaign
 
 from kernellab.cli import main
 from kernellab.report import SECTIONS
+from kernellab.store import Store
 
 ARTIFACTS = ROOT / "test-artifacts"
 

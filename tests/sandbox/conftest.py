@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
-from kernellab.sandbox import LocalExecutor
 
 from kernellab import load_problem
+from kernellab.sandbox import LocalExecutor
 
 HERE = Path(__file__).resolve().parent
 PROBLEMS = HERE / "problems"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from kernellab.sandbox import RESULT_KEYS, EvalJob, Limits
 
 HERE = Path(__file__).resolve().parent

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from kernellab.sandbox._check import (
     DISTRIBUTIONS,
     check_structure,

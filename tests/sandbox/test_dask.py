@@ -20,13 +20,12 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from kernellab.sandbox import EvalJob, LocalExecutor, SandboxError  # noqa: E402
-from kernellab.sandbox._dask import DaskExecutor, job_data, parse_cluster, run_job_data  # noqa: E402
-from kernellab.store import Store  # noqa: E402
-
 from kernellab import load_problem  # noqa: E402
 from kernellab.bench import run_bench  # noqa: E402
 from kernellab.progress import Progress  # noqa: E402
+from kernellab.sandbox import EvalJob, LocalExecutor, SandboxError  # noqa: E402
+from kernellab.sandbox._dask import DaskExecutor, job_data, parse_cluster, run_job_data  # noqa: E402
+from kernellab.store import Store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["experiments/problems/ops/softmax.py", "experiments/problems/fusions/pointwise_chain.py"]

@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 import torch
+
 from kernellab.sandbox import RESULT_KEYS, EvalJob, SandboxError, evaluate
 
 RELU_CFG = textwrap.dedent('''

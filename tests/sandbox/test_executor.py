@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+
+from kernellab import Problem
 from kernellab.sandbox import EvalJob, Limits, LocalExecutor, SandboxError, evaluate, is_infra
 from kernellab.sandbox._executor import BREAKER_FAILURES
 from kernellab.sandbox._gpu import MemoryBudget, RWLock, TooBig, estimate, estimate_bytes, retry_admission
-
-from kernellab import Problem
 
 ROOT = Path(__file__).resolve().parents[2]
 ADV = Path(__file__).resolve().parent / "adversarial"

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
-from kernellab.sandbox import EvalJob, profile
 
 from kernellab import load_problem
+from kernellab.sandbox import EvalJob, profile
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,6 +177,7 @@ def test_timing_warm_up_waits_for_each_call():
     """The warm-up runs about WARMUP_MS of device work, not as many calls as the host can launch in that
     time (each queued, then all waited for: hundreds of calls of a slow kernel before every timing)."""
     import torch
+
     from kernellab.sandbox._timing import GPU_MAX_REPS, L2Flush, time_gpu
 
     calls = {"n": 0}
@@ -199,9 +200,8 @@ def test_a_pool_of_new_gemm_candidates_shares_the_gpu():
     when it does not."""
     import re
 
-    from kernellab.sandbox import LocalExecutor
-
     from kernellab import Problem
+    from kernellab.sandbox import LocalExecutor
 
     src = re.sub(r"^in_features = \d+", "in_features = 2048", GEMM.read_text(), flags=re.M)
     p = Problem(name="gemm_bias_gelu_4096x2048x4096", source=src)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from kernellab.sandbox import EvalJob
 
 HERE = Path(__file__).resolve().parent

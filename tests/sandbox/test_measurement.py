@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from kernellab.sandbox import EvalJob
 from kernellab.sandbox._guard import ForwardWatch, LaunchCounter, record_cupy
 from kernellab.sandbox._job import FINAL_MIX, FRESH_EVERY, _Fresh, _is_own, _kernel_key, _new_addresses

@@ -10,6 +10,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+
 from kernellab.sandbox import evaluate
 
 DROPS_BN = textwrap.dedent('''

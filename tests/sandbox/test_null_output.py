@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from kernellab.sandbox import evaluate
-from kernellab.sandbox._check import null_output, null_verdicts, uninformative
 
 from kernellab.problem import Problem, load_problem
+from kernellab.sandbox import evaluate
+from kernellab.sandbox._check import null_output, null_verdicts, uninformative
 from kernellab.small import small_overrides
 
 HERE = Path(__file__).resolve().parent

@@ -8,12 +8,11 @@ import threading
 import time
 from pathlib import Path
 
+from kernellab import Problem
 from kernellab.sandbox import EvalJob, LocalExecutor, evaluate
 from kernellab.sandbox._executor import host_workers_per_gpu, reference_cache_bytes
 from kernellab.sandbox._gpu import RWLock
 from kernellab.sandbox._worker import Worker
-
-from kernellab import Problem
 
 ADV = Path(__file__).resolve().parent / "adversarial"
 RELU = (ADV / "correct_torch.py").read_text()

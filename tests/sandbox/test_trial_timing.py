@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from kernellab.sandbox import EvalJob, SandboxError
 from kernellab.sandbox._timing import EARLY_REPS_CPU, rep_bounds
 
@@ -81,10 +82,9 @@ def test_bad_timing_fields_raise(sandbox_executor, problem, field, value):
 
 
 def test_gpu_s_is_measured_and_recorded(sandbox_executor, problem):
+    from kernellab import Problem
     from kernellab.search import Usage
     from kernellab.store import Store
-
-    from kernellab import Problem
 
     t0 = time.monotonic()
     r = sandbox_executor.submit(EvalJob(problem("tiny_relu"), TRITON, trials=2, timing_target_ms=150.0)).result()

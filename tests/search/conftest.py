@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from kernellab.store import Store
 from search_synth import Synth
+
+from kernellab.store import Store
 
 
 @pytest.fixture

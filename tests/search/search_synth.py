@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from kernellab.store import Store
-
 from kernellab import Problem
+from kernellab.store import Store
 
 SRC = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x + 1\n"
        "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from kernellab.search import Budget, StopRules, Tree, Usage, check, pct_of_ceiling, stop_reason
 from search_synth import Synth
+
+from kernellab.search import Budget, StopRules, Tree, Usage, check, pct_of_ceiling, stop_reason
 
 
 def test_usage_from_store(synth) -> None:

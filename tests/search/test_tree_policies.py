@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from kernellab.search import POLICIES, Tree, find_reusable, get_policy, reuse_settings, reused_result
 from search_synth import GPU, Synth, result
+
+from kernellab.search import POLICIES, Tree, find_reusable, get_policy, reuse_settings, reused_result
 
 
 def names(synth: Synth, nodes) -> list[str]:

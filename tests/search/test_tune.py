@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import optuna
 import pytest
+from search_synth import Synth
+
 from kernellab.search import SpaceError, Tree, parse_space, read_space, tune
 from kernellab.search._tune import space_size, study_name
 from kernellab.store import Store
-from search_synth import Synth
 
 PROBLEM = '''import torch
 size = 4096
@@ -169,10 +170,10 @@ def test_tune_without_space(store) -> None:
 def test_reopened_study_fails_stale_running_trials_and_goes_on(tmp_path, executor) -> None:
     """A tuning killed mid-trial leaves that trial RUNNING in the study; reopening marks it FAIL
     (stale) and evaluates its configuration again instead of counting it as an outcome."""
-    from kernellab.search._tune import STALE, flatten_space, optuna_storage
     from optuna.trial import TrialState
 
     from kernellab import Problem
+    from kernellab.search._tune import STALE, flatten_space, optuna_storage
 
     store = Store(tmp_path / "k.db")
     t = Synth(store)
@@ -208,7 +209,6 @@ def test_tuning_best_is_the_row_the_store_selects(objective) -> None:
     the tuning names the configuration ``best_evaluation`` selects, as on the H200 (BLOCK 512 had the
     lowest median, BLOCK 1024 the higher speedup); interpreted rows, without speedups, go by the median."""
     from kernellab.search._tune import best_retime
-
     from kernellab.vocab import best_evaluation
 
     def row(block: int, ms: float, speedup: float | None, status: str = "correct") -> dict:

@@ -7,9 +7,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from kernellab.store import Store, StoreError
 
 from kernellab import Problem
+from kernellab.store import Store, StoreError
 
 SRC = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x + 1\n" \
       "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n"

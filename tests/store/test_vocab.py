@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 
 import pytest
-from kernellab.store import Store, StoreError
 
 from kernellab import Problem
+from kernellab.store import Store, StoreError
 from kernellab.vocab import (
     FAILED,
     JUDGED,
@@ -145,6 +145,7 @@ def test_strategy_studies_and_optuna_studies_share_one_file(tmp_path):
     """Optuna keeps a table named ``studies`` in the campaign's own file; kernellab's table of strategy
     studies must not take that name (it did, and every tuning in a campaign failed to create its study)."""
     import optuna
+
     from kernellab.search._tune import optuna_storage
 
     store = Store(tmp_path / "k.db")

@@ -9,10 +9,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from kernellab.store import Store
 from study_store import PROBLEMS, SEEDS, add_run
 
 from kernellab.compare import SECTIONS, compare, write_html
+from kernellab.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 

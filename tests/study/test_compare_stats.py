@@ -7,11 +7,11 @@ import math
 
 import pytest
 from click.testing import CliRunner
-from kernellab.store import Store
 from study_store import PROBLEMS, SEEDS, add_run
 
 from kernellab.cli import main
 from kernellab.compare import CompareError, analyze, collect, compare, render_html
+from kernellab.store import Store
 
 
 def _a_final(i: int, s: int) -> float:
@@ -184,8 +184,8 @@ def test_a_gpu_evaluation_without_the_objective_has_no_value() -> None:
 
 
 def test_llm_campaigns_record_their_prompts_hash_and_compare_groups_by_it() -> None:
+    from kernellab.agents.llm import prompts_version
     from kernellab.campaign import CampaignConfig, start_campaign
-    from kernellab.study import prompts_version
 
     store = Store(":memory:")
     version = prompts_version("anthropic:m")

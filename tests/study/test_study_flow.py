@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from kernellab.store import Store
 
 from kernellab.cli import main
 from kernellab.compare import SECTIONS
+from kernellab.store import Store
 from kernellab.study import StudyError, run_study
 
 TINY = ["experiments/problems/ops/softmax.py", "experiments/problems/fusions/pointwise_chain.py"]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from kernellab.store import Store
 from llm_recorded import ROOT
 
 from kernellab.problem import load_problem
+from kernellab.store import Store
 
 
 @pytest.fixture

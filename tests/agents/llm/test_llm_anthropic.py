@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from llm_recorded import FAKE_ANTHROPIC_KEY, RECORDINGS, SONNET, Recorded, disconnected, run_candidate
+
 from kernellab.agents.llm import (
     SCHEMAS,
     BudgetExceeded,
@@ -15,7 +17,6 @@ from kernellab.agents.llm import (
     make_agents,
     system_prompt,
 )
-from llm_recorded import FAKE_ANTHROPIC_KEY, RECORDINGS, SONNET, Recorded, disconnected, run_candidate
 
 
 def agents(store, campaign, rec, **kw) -> LLMAgents:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from kernellab.agents.llm import SCHEMAS, PreflightError, make_agents, system_prompt
 from llm_recorded import FAKE_OPENAI_KEY, Recorded, disconnected
+
+from kernellab.agents.llm import SCHEMAS, PreflightError, make_agents, system_prompt
 
 LOCAL = "Qwen/Qwen2.5-Coder-32B-Instruct"
 VLLM = "http://localhost:8000/v1"

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from llm_recorded import FAKE_ANTHROPIC_KEY, SONNET, Recorded, disconnected, run_candidate
+
 from kernellab.agents.llm import PreflightError, Proposal, ReplayMiss, make_agents
 from kernellab.store import Store
-from llm_recorded import FAKE_ANTHROPIC_KEY, SONNET, Recorded, disconnected, run_candidate
 
 
 def without_meta(answers):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+
 from kernellab.agents.llm import PRICES_DATE, SCHEMAS, check_source, price_for, scrub, system_prompt
 from kernellab.agents.llm._prompts import PROMPTS_DIR, ROLE_SKILLS, SKILLS_DIR
 from kernellab.agents.llm._schemas import normalize_source, validate

@@ -254,7 +254,7 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
         state["snapshot"] = StateSnapshot()
         name = f"kernellab_candidate_{job['job_id']}"
         names.append(name)
-        from ._worker import load_module
+        from ._load import load_module
 
         mod = load_module(job["source"], jobdir, name)
         if w.device_kind == "cuda":  # an Inductor-generated candidate's launches (the interpreter counts them already)
@@ -324,7 +324,7 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
         w.counter.armed = False
         state.clear()
         cleanup_dir = jobdir
-        from ._worker import cleanup
+        from ._load import cleanup
 
         cleanup(cleanup_dir, w.home, names)
         if w.device_kind == "cuda":

@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import faulthandler
 import functools
-import gc
-import importlib.util
 import os
-import shutil
 import socket
 import sys
 import threading
@@ -248,6 +245,9 @@ def _watch_parent() -> None:
 
 
 def main() -> None:
+    from kernellab._runtime import setup
+
+    setup()  # what every kernellab process sets before its work (the interpreter switch, the ast lock)
     drop_inspect_caps()
     _limit_memory()
     _watch_parent()
@@ -271,25 +271,6 @@ def main() -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
-
-
-def load_module(source: str, directory: Path, name: str) -> Any:
-    """Execute ``source`` from a real file (Triton reads kernel source through ``inspect``)."""
-    path = directory / f"{name}.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def cleanup(directory: Path, home: Path, names: list[str]) -> None:
-    for n in names:
-        sys.modules.pop(n, None)
-    os.chdir(home)
-    shutil.rmtree(directory, ignore_errors=True)
-    gc.collect()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from ._backend import Backend, CallInfo, ReplaySource, Usage, request_hash, scru
 from ._errors import BudgetExceeded, InvalidOutput, LLMError, LLMUnavailable, PreflightError, ReplayMiss
 from ._openai import OpenAIBackend
 from ._pricing import PRICES, PRICES_DATE, Price, price_for
-from ._prompts import ROLE_SKILLS, system_prompt
+from ._prompts import ROLE_SKILLS, prompts_version, system_prompt
 from ._schemas import SCHEMAS, RoleSchema, check_source
 
 __all__ = [
@@ -22,6 +22,6 @@ __all__ = [
     "Backend", "AnthropicBackend", "OpenAIBackend", "CallInfo", "Usage", "ReplaySource",
     "request_hash", "scrub",
     "LLMError", "PreflightError", "BudgetExceeded", "LLMUnavailable", "InvalidOutput", "ReplayMiss",
-    "PRICES", "PRICES_DATE", "Price", "price_for", "ROLE_SKILLS", "system_prompt",
+    "PRICES", "PRICES_DATE", "Price", "price_for", "ROLE_SKILLS", "system_prompt", "prompts_version",
     "SCHEMAS", "RoleSchema", "check_source",
 ]

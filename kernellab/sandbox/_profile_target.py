@@ -21,15 +21,18 @@ from pathlib import Path
 
 
 def main() -> None:
+    from kernellab._runtime import setup
+
     from ._env import drop_inspect_caps
 
+    setup()  # what every kernellab process sets before its work (the interpreter switch, the ast lock)
     drop_inspect_caps()  # before anything of the problem's or the candidate's runs
     import torch
 
     from kernellab.problem import apply_mode, instantiate
     from kernellab.vocab import SEED, apply_config
 
-    from ._worker import load_module
+    from ._load import load_module
 
     jobdir = Path(sys.argv[1])
     job = pickle.loads((jobdir / "job.pkl").read_bytes())

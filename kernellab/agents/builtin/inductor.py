@@ -105,6 +105,9 @@ def inductor_proposal() -> Proposal:
 
 def main() -> None:
     """Child process: JSON problem on stdin, one JSON line on stdout (``ok`` and source, or reason)."""
+    from kernellab._runtime import setup
+
+    setup()  # what every kernellab process sets before its work (the interpreter switch, the ast lock)
     req = json.loads(sys.stdin.read())
     problem = Problem(name=req["name"], source=req["source"], path=req.get("path"))
     try:

@@ -13,9 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from kernellab.store import BaseStore
-
 from kernellab.problem import Problem, content_hash
+from kernellab.store import BaseStore
 
 from ..roles import Analysis, Code, Diagnosis, Proposal
 from ._anthropic import AnthropicBackend

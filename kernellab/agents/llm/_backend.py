@@ -18,9 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernellab.store import BaseStore, canonical_json
-
 from kernellab.problem import content_hash
+from kernellab.store import BaseStore, canonical_json
 
 from ._errors import BudgetExceeded, InvalidOutput, LLMError, PreflightError, ReplayMiss
 from ._pricing import Price, cost_usd

@@ -12,7 +12,7 @@ from kernellab.problem import content_hash
 
 from ._schemas import SCHEMAS
 
-__all__ = ["PROMPTS_DIR", "SKILLS_DIR", "ROLE_SKILLS", "SystemPrompt", "system_prompt"]
+__all__ = ["PROMPTS_DIR", "SKILLS_DIR", "ROLE_SKILLS", "SystemPrompt", "prompts_version", "system_prompt"]
 
 _ROOT = Path(__file__).resolve().parent.parent
 PROMPTS_DIR = _ROOT / "prompts"
@@ -51,3 +51,12 @@ def system_prompt(role: str, prompts_dir: Path | None = None, skills_dir: Path |
     text = "\n\n".join(parts) + "\n"
     schema = json.dumps(SCHEMAS[role].schema, sort_keys=True)
     return SystemPrompt(role, text, f"{role}-{content_hash(text, schema, n=12)}")
+
+
+def prompts_version(agents: str) -> str | None:
+    """The content hash of every role's system prompt (prompt, skills, answer schema) the LLM agents
+    would send now; None for the builtin agents (``agents == "builtin"``), which read no prompt. A campaign
+    records it (``kernellab compare --by prompts`` groups by it) and a study's cells are keyed by it."""
+    if agents == "builtin":
+        return None
+    return content_hash(*(system_prompt(role).version for role in sorted(ROLE_SKILLS)), n=12)

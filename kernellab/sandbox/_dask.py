@@ -47,6 +47,7 @@ from typing import Any
 
 from distributed import WorkerPlugin
 
+from kernellab import _runtime
 from kernellab.problem import Problem
 
 from ._executor import EvalJob, Executor, Limits, LocalExecutor, SandboxError, _visible_gpus, check_job
@@ -135,6 +136,7 @@ class KernellabPlugin(WorkerPlugin):
         self.max_jobs_per_worker, self.cpu_memory_gb = max_jobs_per_worker, cpu_memory_gb
 
     def setup(self, worker: Any) -> None:
+        _runtime.setup()  # the Dask worker's start: the interpreter switch and the ast lock (kernellab._runtime)
         # the worker's own slot resource is the number of jobs it is sent at once: its pool matches it
         res = getattr(worker.state, "total_resources", None) or getattr(worker, "total_resources", {}) or {}
         n = int(res.get(GPU_SLOT) or res.get(CPU_SLOT) or self.slots)

@@ -22,15 +22,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from kernellab.agents.roles import Agents, Proposal
-from kernellab.sandbox import SandboxUnavailable, is_infra
-from kernellab.store import BaseStore, canonical_json
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import RetryPolicy, Send
 
+from kernellab.agents.roles import Agents, Proposal
 from kernellab.problem import Problem, content_hash
+from kernellab.sandbox import SandboxUnavailable, is_infra
+from kernellab.store import BaseStore, canonical_json
 from kernellab.vocab import DEFAULT_OBJECTIVE, FAILED, Kind, best_key, is_judged, space_from_source
 
 # Infrastructure failures (the sandbox's own machinery, see kernellab.sandbox.is_infra) are never a

@@ -1,0 +1,43 @@
+"""The process-wide settings kernellab's work needs, made in one explicit call: :func:`setup`.
+
+Importing kernellab changes nothing in the process (``import kernellab.vocab`` does not even import torch);
+the entry points that run kernellab's work call :func:`setup` first: the CLI, campaigns (``run``,
+``run_campaign``), ``load_best`` and ``export``, ``optimize`` and ``patch``, the demo, and the sandbox's
+worker, profiling and Inductor-seed processes at their start. It is idempotent and cheap after the first call.
+
+- Without a CUDA device Triton kernels can only run in its interpreter, and Triton reads the switch when a
+  kernel is defined (``@triton.jit``): ``TRITON_INTERPRET=1`` is set before any kernel of ours is defined, so
+  that a winner loaded in the process that ran its campaign (``run``, then ``load_best``) is defined like
+  every other kernel. A ``TRITON_INTERPRET`` the user set is left as it is.
+- ``ast.parse`` goes behind one re-entrant lock (:mod:`kernellab._astlock`): the campaign graph's threads
+  parse sources, and two conversions at once can fail (python/cpython#106905)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from kernellab import _astlock
+
+_LOCK = threading.Lock()
+_done = False
+# True when setup set TRITON_INTERPRET itself (no CUDA device, the user had not set it): load_best says so
+interpreter_chosen = False
+
+
+def setup() -> None:
+    """Make the process ready for kernellab's work, once (later calls return at once)."""
+    global _done, interpreter_chosen
+    if _done:
+        return
+    with _LOCK:
+        if _done:
+            return
+        if "TRITON_INTERPRET" not in os.environ:
+            import torch
+
+            if not torch.cuda.is_available():
+                os.environ["TRITON_INTERPRET"] = "1"
+                interpreter_chosen = True
+        _astlock.install()
+        _done = True
