@@ -386,7 +386,7 @@ def markdown(res: dict) -> str:
     lines += ["", "## Verdicts per problem", ""]
     if c["agree"]:
         lines += [f"Both sides finished {c['agree']['judged']} problems; their correctness agrees on {c['agree']['agree']}.", ""]
-    lines += ["| problem | " + " | ".join(f"{s} correct | {s} winner (origin: action) | {s} vs eager" for s in res["sides"])
+    lines += ["| problem | " + " | ".join(f"{s} correct own-kernel winner | {s} winner (origin: action) | {s} vs eager" for s in res["sides"])
               + " | agree |", "|---|" + "---|---|---|" * len(res["sides"]) + "---|"]
     for r in c["rows"]:
         cells = []
