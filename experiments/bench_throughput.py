@@ -45,6 +45,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -99,9 +100,8 @@ def reference_gb(path: Path) -> float | None:
     """GB the reference alone holds at full size (parameters, buffers, inputs, outputs): the sandbox's own
     floor, built on the meta device (``sandbox._gpu.estimate``); None when it cannot be built there (its
     estimate is unknown: kept)."""
-    from kernellab.sandbox._gpu import estimate
-
     from kernellab.problem import load_problem
+    from kernellab.sandbox._gpu import estimate
 
     try:
         est = estimate(load_problem(path), small=False)
@@ -195,8 +195,40 @@ def side_jobs(label: str, args: argparse.Namespace) -> int:
     return args.base_jobs if label == "base" and args.base_jobs else args.jobs
 
 
+def _pyspy() -> str | None:
+    """The py-spy binary: $PY_SPY, then PATH, then the copy carried in .whl (its wheel installs no binary with
+    ``pip --target``)."""
+    for cand in (os.environ.get("PY_SPY"), shutil.which("py-spy"), str(ROOT / ".whl" / "py-spy")):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+class StackDumper(threading.Thread):
+    """``py-spy dump`` of one process every ``every`` seconds, appended to ``path`` with the time since start:
+    the evidence of where a bench's threads wait (admission, the lock, the GIL)."""
+
+    def __init__(self, pid: int, every: float, path: Path, binary: str) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.every, self.path, self.binary = pid, every, path, binary
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        with open(self.path, "a") as f:
+            while not self.halt.wait(self.every):
+                try:
+                    p = subprocess.run([self.binary, "dump", "--pid", str(self.pid)], capture_output=True,
+                                       text=True, timeout=30)
+                    text = p.stdout + p.stderr
+                except (OSError, subprocess.TimeoutExpired) as exc:
+                    text = f"py-spy failed: {exc!r}\n"
+                f.write(f"===== t={time.monotonic() - t0:.0f}s pid {self.pid}\n{text}\n")
+                f.flush()
+
+
 def run_side(label: str, tree: Path, commit: str, suite_file: Path, work: Path, args: argparse.Namespace,
-             gpus: int) -> dict:
+             gpus: int, dump_to: Path | None = None) -> dict:
     """One side's bench as a subprocess (its tree first on PYTHONPATH), NVML sampled meanwhile, stopped
     with SIGINT at the limit (SIGKILL 15 s later); returns its pace, phases and verdicts."""
     from kernellab._busy import BusySampler
@@ -222,6 +254,14 @@ def run_side(label: str, tree: Path, commit: str, suite_file: Path, work: Path, 
         # SIGINT with its default action in the child, whatever this process was started with
         p = subprocess.Popen(cmd, cwd=side, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        dumper = None
+        if dump_to is not None and getattr(args, "pyspy_every", 0) > 0:
+            binary = _pyspy()
+            if binary is None:
+                print("bench_throughput: --pyspy-every: no py-spy binary (PY_SPY, PATH, .whl/py-spy)", file=sys.stderr)
+            else:
+                dumper = StackDumper(p.pid, args.pyspy_every, dump_to, binary)
+                dumper.start()
         try:
             p.wait(timeout=args.side_limit_s)
         except subprocess.TimeoutExpired:
@@ -238,6 +278,9 @@ def run_side(label: str, tree: Path, commit: str, suite_file: Path, work: Path, 
             p.wait()
             raise
         wall = time.monotonic() - t0
+        if dumper is not None:
+            dumper.halt.set()
+            dumper.join(timeout=35)
     sampled = busy.summary()
     rc = p.returncode
     # a bench exits 1 when no problem got a correct kernel win, which is a result, not a failure
@@ -423,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", action="store_true", help="SMALL sizes (a CPU run of the pipeline: tests)")
     ap.add_argument("--bench-args", default="", metavar="'ARGS'", help="More options for each side's bench, e.g. --bench-args='--trials 2'")
     ap.add_argument("--out", default=str(RESULTS), help="Where the page and the gzipped databases go [experiments/results]")
+    ap.add_argument("--pyspy-every", type=float, default=0.0, metavar="S",
+                    help="Dump the bench process's Python stacks every S seconds with py-spy (PY_SPY, PATH or .whl/py-spy) "
+                         "into <page>-<side>-pyspy.txt: where its threads wait [0: off]")
     ap.add_argument("--list", action="store_true", help="Print the suite (family, level, name, reference GB) and stop")
     args = ap.parse_args(argv)
     try:
@@ -465,7 +511,8 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
             trees["base"] = (base_tree, base_commit)
         for label in sides:
             tree, commit = trees[label]
-            results[label] = run_side(label, tree, commit, suite_file, work, args, gpus)
+            results[label] = run_side(label, tree, commit, suite_file, work, args, gpus,
+                                      dump_to=out / f"{stem}-{label}-pyspy.txt")
             failed |= results[label]["failed"]
             results[label]["db_gz"] = str(gzip_db(Path(results[label]["db"]), out / f"{stem}-{label}.db.gz"))
         res = {"date": stamp.isoformat(timespec="seconds"), "device": device, "gpus": gpus,
