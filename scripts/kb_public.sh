@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Issue 31's public-suite run (KernelBench level 1 and 2 at budget 4), one device call of many.
+#   KB_DB_GZ=experiments/results/<...>.db.gz  the last call's database, carried in the tree: the bench resumes it
+#   KB_TIMEOUT=S   SIGINT to the bench at S seconds (it saves and stops), SIGKILL 30 s later [420]
+#   KB_JOBS=N      campaigns at once [8]     KB_SUITE   [.kb/level[12]/*.py]
+#   SOLO=FILE      first, one timed `kernellab run FILE --budget 4` and where its time went
+# The database comes back gzipped in $OUT (kb-public.db.gz), with the bench's pages and log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+bash scripts/gpu_check.sh env || exit 3
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 KERNELBENCH_DIR=$PWD/.kb
+PY=${PYTHON:-python3}
+if [ -n "${SOLO:-}" ]; then
+  t0=$(date +%s.%N)
+  $PY -m kernellab.cli run "$SOLO" --budget 4 --db "$OUT/solo.db" --campaign solo > "$OUT/solo.log" 2>&1
+  t1=$(date +%s.%N)
+  echo "solo: $SOLO --budget 4: rc $?, wall $(echo "$t1 - $t0" | bc) s" | tee -a "$OUT/solo.log"
+  tail -n 8 "$OUT/solo.log"
+  $PY experiments/campaign_steps.py solo --db "$OUT/solo.db" 2>&1 | tee -a "$OUT/solo.log"
+  gzip -f "$OUT/solo.db"
+fi
+db=/tmp/kb-public.db
+rm -f "$db"
+[ -n "${KB_DB_GZ:-}" ] && [ -f "$KB_DB_GZ" ] && gunzip -c "$KB_DB_GZ" > "$db"
+echo "kb_public: bench start $(date -u +%H:%M:%S), resuming: ${KB_DB_GZ:-none}"
+timeout -s INT -k 30 "${KB_TIMEOUT:-420}" $PY -m kernellab.cli bench "${KB_SUITE:-.kb/level[12]/*.py}" --budget 4 \
+  --jobs "${KB_JOBS:-8}" --db "$db" --name kb-public --out-dir "$OUT" > "$OUT/kb-bench.log" 2>&1
+echo "kb_public: bench rc $? at $(date -u +%H:%M:%S)"
+tail -n 30 "$OUT/kb-bench.log"
+$PY -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" "$db" "$OUT/kb-public.db" \
+  && gzip -f "$OUT/kb-public.db"
