@@ -13,10 +13,11 @@ bash scripts/gpu_check.sh env || exit 3
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 KERNELBENCH_DIR=$PWD/.kb
 PY=${PYTHON:-python3}
 if [ -n "${SOLO:-}" ]; then
-  t0=$(date +%s.%N)
+  t0=$(date +%s%N)
   $PY -m kernellab.cli run "$SOLO" --budget 4 --db "$OUT/solo.db" --campaign solo > "$OUT/solo.log" 2>&1
-  t1=$(date +%s.%N)
-  echo "solo: $SOLO --budget 4: rc $?, wall $(echo "$t1 - $t0" | bc) s" | tee -a "$OUT/solo.log"
+  src=$?
+  t1=$(date +%s%N)
+  echo "solo: $SOLO --budget 4: rc $src, wall $(( (t1 - t0) / 1000000 )) ms" | tee -a "$OUT/solo.log"
   tail -n 8 "$OUT/solo.log"
   $PY experiments/campaign_steps.py solo --db "$OUT/solo.db" 2>&1 | tee -a "$OUT/solo.log"
   gzip -f "$OUT/solo.db"
@@ -27,7 +28,7 @@ rm -f "$db"
 echo "kb_public: bench start $(date -u +%H:%M:%S), resuming: ${KB_DB_GZ:-none}"
 timeout -s INT -k 30 "${KB_TIMEOUT:-420}" $PY -m kernellab.cli bench "${KB_SUITE:-.kb/level[12]/*.py}" --budget 4 \
   --jobs "${KB_JOBS:-8}" --db "$db" --name kb-public --out-dir "$OUT" > "$OUT/kb-bench.log" 2>&1
-echo "kb_public: bench rc $? at $(date -u +%H:%M:%S)"
+echo "kb_public: bench rc $? at $(date -u +%H:%M:%S)"  # 124/130: stopped at KB_TIMEOUT, saved
 tail -n 30 "$OUT/kb-bench.log"
 $PY -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" "$db" "$OUT/kb-public.db" \
   && gzip -f "$OUT/kb-public.db"
