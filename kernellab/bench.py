@@ -427,7 +427,9 @@ def _stop_bench(guarded: Any, pool: Any, futs: list, store: Any, ids: set[str], 
     if guarded is not None:
         guarded.stop()
     pool.shutdown(wait=False, cancel_futures=True)
-    _, left = wait(futs, timeout=_interrupt.WAIT_S)
+    # a queued campaign's future is cancelled now, but wait() counts it done only once a pool thread would have
+    # picked it up: it waited out WAIT_S for 157 never-started campaigns and said they were "still busy"
+    _, left = wait([f for f in futs if not f.cancelled()], timeout=_interrupt.WAIT_S)
     with lock:
         ids = set(ids)
     marked = mark_stopped(store, sorted(ids), "stopped by an interrupt (SIGINT or SIGTERM) before its thread ended")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -362,3 +363,23 @@ def test_bench_killed_with_sigkill_rerun_skips_what_finished(tmp_path: Path) -> 
                              "(select count(*) from evaluations where campaign_id = ?)", [cid, cid]).fetchone() == counts
         # a campaign killed after it was created is resumed, not started again
         assert c.execute("select count(*) from campaigns").fetchone()[0] == max(n_camps, 2)
+
+
+def test_a_stopped_bench_waits_only_for_the_campaigns_that_started(tmp_path):
+    # queued campaigns' futures are cancelled by the stop, but concurrent.futures.wait() counts a cancelled future
+    # done only once a pool thread reaches it: the stop waited its whole WAIT_S for campaigns that never started
+    # and said "157 campaign thread(s) still busy" on the H200
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kernellab.bench import _stop_bench
+    from kernellab.store import Store
+
+    started = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=1)
+    futs = [pool.submit(lambda: (started.set(), time.sleep(0.3)))] + [pool.submit(time.sleep, 60) for _ in range(5)]
+    started.wait(5)
+    said: list[str] = []
+    _stop_bench(None, pool, futs, Store(str(tmp_path / "k.db")), set(), threading.Lock(), lambda: {}, said.append)
+    assert "(0 campaign thread(s) still busy" in said[-1], said
+    assert all(f.cancelled() for f in futs[1:])

@@ -18,11 +18,11 @@ from typing import Any
 from kernellab.problem import Problem
 
 from ._executor import EvalJob, Executor, Limits, LocalExecutor, SandboxError, default_executor
-from ._profile import ProfileResult, profile
+from ._profile import ProfileResult, profile, run_gated
 from ._result import KERNEL_WIN_SHARE, RESULT_KEYS, STATUSES, SandboxUnavailable, is_infra
 
 __all__ = ["KERNEL_WIN_SHARE", "evaluate", "profile", "EvalJob", "Executor", "LocalExecutor", "Limits", "default_executor",
-           "SandboxError", "SandboxUnavailable", "ProfileResult", "RESULT_KEYS", "STATUSES", "is_infra"]
+           "SandboxError", "SandboxUnavailable", "ProfileResult", "run_gated", "RESULT_KEYS", "STATUSES", "is_infra"]
 
 
 def evaluate(problem: Problem, source: str, *, config: dict | None = None, small: bool | None = None,

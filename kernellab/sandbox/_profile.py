@@ -133,7 +133,7 @@ def profile(problem: Problem, source: str, config: dict | None = None, *, small:
                    "--metrics", ",".join(metrics), "-f", "-o", str(rep),
                    sys.executable, "-m", "kernellab.sandbox._profile_target", str(t)]
             try:
-                run = _run_gated(cmd, t, env, timeout, gate)
+                run = run_gated(cmd, t, env, timeout, gate)
             except subprocess.TimeoutExpired:
                 return ProfileResult(reason=f"ncu did not finish within {timeout:g} s", dropped=dropped)
             out = run.stdout + run.stderr
@@ -163,10 +163,12 @@ def profile(problem: Problem, source: str, config: dict | None = None, *, small:
     return ProfileResult(rows, dropped=dropped, seconds=seconds)
 
 
-def _run_gated(cmd: list[str], jobdir: Path, env: dict, timeout: float, gate: Any) -> subprocess.CompletedProcess:
-    """``subprocess.run`` of ncu; with a ``gate``, nothing is held while the target starts, the GPU is shared
-    (``gate.share()``) from the target's "share" file and held alone (``gate.exclusive()``) from its "warm"
-    file to its "done" file (or its end); nothing after."""
+def run_gated(cmd: list[str], jobdir: Path, env: dict, timeout: float, gate: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run`` of a process that uses the GPU (ncu and its target, the Inductor seed's compile); with a
+    ``gate``, nothing is held while the process starts, the GPU is shared (``gate.share()``) from its "share"
+    file (:func:`kernellab.sandbox._profile_target.ask`) and held alone (``gate.exclusive()``) from its "warm"
+    file to its "done" file (or its end); a process that never asks to be alone shares it to its end; the
+    caller's gate releases the share (``ProfileGate.close``)."""
     if gate is None:
         return subprocess.run(cmd, cwd=jobdir, env=env, capture_output=True, text=True, timeout=timeout)
     from ._profile_target import GATE_DONE, GATE_GO, GATE_READY, GATE_SHARE, GATE_SHARED

@@ -40,7 +40,7 @@ def main() -> None:
     dev = torch.device("cuda", 0)
     gated = os.environ.get("KERNELLAB_PROFILE_GATE") == "1"
     if gated:  # the imports needed no GPU; building the problem and warming up share it
-        _ask(jobdir, GATE_SHARE, GATE_SHARED)
+        ask(jobdir, GATE_SHARE, GATE_SHARED)
     inst = instantiate(job["problem"], small=bool(job["small"]), seed=SEED, device=dev)
     mod = load_module(job["source"], jobdir, "kernellab_profiled_candidate")
     # the sandbox's nested merge: a per-kernel config entry changes that kernel's named parameters only
@@ -52,7 +52,7 @@ def main() -> None:
             model(*inst.inputs)
         torch.cuda.synchronize()
         if gated:  # the warm-up shared the GPU; the profiled forward waits until the parent has it alone
-            _ask(jobdir, GATE_READY, GATE_GO)
+            ask(jobdir, GATE_READY, GATE_GO)
         torch.cuda.profiler.start()
         model(*inst.inputs)
         torch.cuda.synchronize()
@@ -69,14 +69,15 @@ GATE_READY, GATE_GO, GATE_DONE = "gate-ready", "gate-go", "gate-done"
 GATE_WAIT_S = 900.0
 
 
-def _ask(jobdir: Path, request: str, grant: str) -> None:
+def ask(jobdir: Path, request: str, grant: str) -> None:
+    """Touch ``request`` in ``jobdir`` and wait for the parent's ``grant`` file (``run_gated`` on its side)."""
     import time
 
     (jobdir / request).touch()
     until = time.monotonic() + GATE_WAIT_S
     while not (jobdir / grant).exists():
         if time.monotonic() > until:
-            raise SystemExit("kernellab profile target: the GPU was not handed over in time")
+            raise SystemExit("kernellab: the GPU was not handed over in time")
         time.sleep(0.01)
 
 

@@ -243,3 +243,61 @@ def test_the_seed_is_compiled_ahead_when_prefetched() -> None:
     code = agents.code(problem, inductor_proposal(), None)
     assert fut.done() and code is fut.result() and code.origin == "inductor"
     assert problem.id not in agents._seeds  # a later ask compiles anew (a resumed code step)
+
+
+@cpu_only
+def test_the_seed_compiles_sharing_the_gpu_and_never_beside_a_timing(tmp_path) -> None:
+    # the child ran the reference, torch.compile's kernels and the wrapped candidate at full size with no hold
+    # of the GPU at all: beside other campaigns' timings. With the executor's gate it is admitted and shares the
+    # GPU from building the problem to its end; a timing that comes meanwhile waits for it
+    import contextlib
+    import threading
+    import time
+
+    from kernellab.sandbox._executor import ProfileGate
+    from kernellab.sandbox._gpu import RWLock
+
+    lock = RWLock()
+    asked: list = []
+    seen = {"readers": 0}
+
+    @contextlib.contextmanager
+    def gate(problem, small=False):
+        asked.append((problem.name, small))
+        g = ProfileGate("0", lock)
+        try:
+            yield g
+        finally:
+            g.close()
+
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen["readers"] = max(seen["readers"], lock._readers)
+            time.sleep(0.005)
+
+    timed: list[float] = []
+
+    def timing() -> None:  # a timing that comes once the child shares the GPU
+        while not lock._readers and not done.is_set():
+            time.sleep(0.005)
+        lock.acquire_write()
+        timed.append(time.monotonic())
+        lock.release_write()
+
+    threads = [threading.Thread(target=watch), threading.Thread(target=timing)]
+    for t in threads:
+        t.start()
+    try:
+        code = inductor_seed(load_problem(LINEAR_RELU), "cpu", gate=gate)
+        ended = time.monotonic()
+    finally:
+        done.set()
+        for t in threads:
+            t.join(30)
+    assert asked == [(load_problem(LINEAR_RELU).name, True)]
+    assert seen["readers"] == 1  # the child's share
+    assert timed and timed[0] >= ended - 1.0  # the timing had to wait for the child's end (its gate's close)
+    assert lock._readers == 0 and not lock._writer
+    assert code.origin == "inductor" and code.meta["inductor"]["triton_kernels"]

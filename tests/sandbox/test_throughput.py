@@ -165,7 +165,7 @@ def test_profiling_holds_the_gpu_alone_only_for_the_profiled_forward(tmp_path):
     import sys
 
     from kernellab.sandbox._executor import ProfileGate
-    from kernellab.sandbox._profile import _run_gated
+    from kernellab.sandbox._profile import run_gated
     from kernellab.sandbox._profile_target import GATE_DONE, GATE_GO, GATE_READY, GATE_SHARE, GATE_SHARED
 
     lock = RWLock()
@@ -188,7 +188,7 @@ def test_profiling_holds_the_gpu_alone_only_for_the_profiled_forward(tmp_path):
     t0 = time.monotonic()
     t = threading.Thread(target=watch)
     t.start()
-    run = _run_gated([sys.executable, "-c", script], tmp_path, {}, 30.0, gate)
+    run = run_gated([sys.executable, "-c", script], tmp_path, {}, 30.0, gate)
     t.join()
     assert run.returncode == 0 and "report" in run.stdout
     assert seen[(0, False, 0)] - t0 < 0.2  # nothing held while the target started
@@ -207,14 +207,14 @@ def test_a_profile_starting_up_lets_timings_run(tmp_path):
     import sys
 
     from kernellab.sandbox._executor import ProfileGate
-    from kernellab.sandbox._profile import _run_gated
+    from kernellab.sandbox._profile import run_gated
     from kernellab.sandbox._profile_target import GATE_SHARE, GATE_SHARED
 
     lock = RWLock()
     gate = ProfileGate("0", lock)
     script = (f"import pathlib, time; d = pathlib.Path({str(tmp_path)!r}); time.sleep(1.5); (d / {GATE_SHARE!r}).touch()\n"
               f"while not (d / {GATE_SHARED!r}).exists(): time.sleep(0.01)\n")
-    t = threading.Thread(target=lambda: _run_gated([sys.executable, "-c", script], tmp_path, {}, 30.0, gate))
+    t = threading.Thread(target=lambda: run_gated([sys.executable, "-c", script], tmp_path, {}, 30.0, gate))
     t.start()
     time.sleep(0.2)
     got = []

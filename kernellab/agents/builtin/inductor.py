@@ -36,12 +36,14 @@ lists them); a kernel needing another libdevice function fails in the interprete
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from kernellab.problem import Problem
@@ -52,15 +54,23 @@ __all__ = ["inductor_seed", "inductor_proposal", "InductorSeedError", "ACTION", 
 
 ACTION = "inductor_seed"  # the planner's proposal kind for this seed
 TIMEOUT_S = 900.0
+REQUEST = "request.json"  # the problem, in the child's working directory
 
 
 class InductorSeedError(RuntimeError):
     """No Inductor seed for this problem; the message says why (one line)."""
 
 
-def inductor_seed(problem: Problem, device: str, small: bool | None = None, timeout: float = TIMEOUT_S) -> Code:
+def inductor_seed(problem: Problem, device: str, small: bool | None = None, timeout: float = TIMEOUT_S,
+                  gate: Any = None) -> Code:
     """The candidate made from torch.compile's code for ``problem`` on ``device`` (``small``: None =
-    SMALL on the CPU, full sizes on CUDA, as the sandbox judges). Raises :class:`InductorSeedError`."""
+    SMALL on the CPU, full sizes on CUDA, as the sandbox judges). Raises :class:`InductorSeedError`.
+
+    ``gate``: the executor's ``profiling`` (``gate(problem, small=...)`` yields a ProfileGate). The child runs
+    the reference, torch.compile's kernels (and its autotuning) and the wrapped candidate at full size: with
+    a gate it is admitted for the problem's footprint and shares the GPU as a job's correctness work does,
+    from building the problem to its end, so none of it runs while a timing or a profile has the GPU alone
+    (without one it ran beside other campaigns' timings). Its imports hold nothing."""
     if device not in ("cpu", "cuda"):
         raise InductorSeedError(f"device {device!r} is not cpu or cuda")
     small = (device == "cpu") if small is None else bool(small)
@@ -72,10 +82,16 @@ def inductor_seed(problem: Problem, device: str, small: bool | None = None, time
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
+    from kernellab.sandbox import run_gated
+
+    cmd = [sys.executable, "-c", "from kernellab.agents.builtin.inductor import main; main()"]
     with tempfile.TemporaryDirectory(prefix="kernellab-inductor-") as tmp:
+        Path(tmp, REQUEST).write_text(payload)
         try:
-            proc = subprocess.run([sys.executable, "-c", "from kernellab.agents.builtin.inductor import main; main()"],
-                                  input=payload, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp)
+            with gate(problem, small=small) if gate is not None else contextlib.nullcontext() as g:
+                if g is not None and g.gpu is not None:
+                    env.update(CUDA_VISIBLE_DEVICES=g.gpu, KERNELLAB_GPU_GATE="1")
+                proc = run_gated(cmd, Path(tmp), env, timeout, g if g is not None and g.gpu is not None else None)
         except subprocess.TimeoutExpired:
             raise InductorSeedError(f"torch.compile of {problem.name} took over {timeout:.0f} s") from None
     answer = None
@@ -104,11 +120,12 @@ def inductor_proposal() -> Proposal:
 
 
 def main() -> None:
-    """Child process: JSON problem on stdin, one JSON line on stdout (``ok`` and source, or reason)."""
+    """Child process: the JSON problem in ``REQUEST`` (its working directory), one JSON line on stdout (``ok``
+    and source, or reason)."""
     from kernellab._runtime import setup
 
     setup()  # what every kernellab process sets before its work (the interpreter switch, the ast lock)
-    req = json.loads(sys.stdin.read())
+    req = json.loads(Path(REQUEST).read_text())
     problem = Problem(name=req["name"], source=req["source"], path=req.get("path"))
     try:
         source, meta = generate(problem, req["device"], bool(req["small"]))
@@ -165,6 +182,10 @@ def generate(problem: Problem, device: str, small: bool) -> tuple[str, dict]:
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
     from torch._inductor.utils import run_and_get_code
 
+    if os.environ.get("KERNELLAB_GPU_GATE") == "1":  # the GPU from here on, shared (inductor_seed's gate)
+        from kernellab.sandbox._profile_target import GATE_SHARE, GATE_SHARED, ask
+
+        ask(Path.cwd(), GATE_SHARE, GATE_SHARED)
     inst = instantiate(problem, small=small, seed=0, device=device)
     model, inputs = inst.model, inst.inputs
     saved = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
