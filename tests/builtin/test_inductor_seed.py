@@ -216,6 +216,25 @@ def test_gpu_inductor_seed_is_correct_and_its_share_measured(path: Path) -> None
     assert all(k["name"] in code.meta["inductor"]["triton_kernels"] for k in d["kernels"] if k["own"])
 
 
+@pytest.mark.gpu
+def test_gpu_inductor_seed_through_the_executors_gate_is_correct() -> None:
+    """The seed as a campaign makes it: admitted and sharing the GPU through ``LocalExecutor.profiling``, pinned
+    to the gate's GPU; the lock is free after it."""
+    from kernellab.sandbox import LocalExecutor
+
+    problem = load_problem(GEMM_ADD_RELU)
+    ex = LocalExecutor()
+    try:
+        code = inductor_seed(problem, "cuda", gate=ex.profiling)
+        lock = next(iter(ex._gpu_locks.values()))
+        assert lock._readers == 0 and not lock._writer
+        r = evaluate(problem, code.source, device="cuda", executor=ex)
+    finally:
+        ex.shutdown()
+    assert r["status"] == "correct", (r["error_class"], r["error_text"])
+    assert code.meta["inductor"]["triton_kernels"]
+
+
 def test_the_flag_turns_the_seed_on_and_off() -> None:
     from click.testing import CliRunner
 
