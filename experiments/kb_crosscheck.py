@@ -5,7 +5,8 @@
 
 For every problem of the database (per problem the latest finished campaign; ``--config-hash`` keeps
 the bench campaigns of one configuration, see ``kernellab bench``), the winner is exported exactly
-as ``kernellab export`` writes it and judged by KernelBench's ``eval_kernel_against_ref`` (5
+as ``kernellab export`` writes it -- and, where it is another candidate (a library-only one is fastest),
+the best own-kernel candidate too, the bench's "correct own-kernel winner" -- and each is judged by KernelBench's ``eval_kernel_against_ref`` (5
 correctness trials, cuda-event timing of the candidate and of the reference, the same defaults as
 KernelBench's own scripts; backend "triton": the file is imported from a temp file, which
 ``@triton.jit`` needs). Each KernelBench run is a child process, so a crash or a CUDA fault costs
@@ -79,29 +80,36 @@ def winners(store: Any, config_hash: str | None = None, problems: list[str] | No
             continue
         best = store.best(camp["id"], pid)
         small = camp["config"].get("small")
-        row: dict[str, Any] = {
+        base: dict[str, Any] = {
             "problem": prob["name"], "problem_id": pid, "path": prob["path"], "campaign": camp["name"],
             "campaign_id": camp["id"], "device": camp["device"], "dtype": _const(prob["source"], "DTYPE") or "float32",
             "own_tolerance": any(_const(prob["source"], k) is not None for k in ("ATOL", "RTOL")),
             "small": bool(small) if small is not None else camp["device"].startswith("cpu"),
-            "reference": prob["source"], "source": None, "kernelbench": None}
+            "reference": prob["source"], "source": None, "kernelbench": None, "winner": "exported"}
         if not best:
-            row["kernellab"] = {"correct": False, "status": "no correct candidate"}
-        else:
-            e = best[0]
+            rows.append({**base, "kernellab": {"correct": False, "status": "no correct candidate"}})
+            continue
+        # the exported winner (fastest correct, a library-only one too) and, where it is another candidate, the
+        # best own-kernel one: the bench's "correct own-kernel winner" is that one, so it is judged too
+        own = store.best(camp["id"], pid, library=False)
+        picks = [(best[0], True, "exported")]
+        if own and (own[0]["candidate_id"], own[0]["config_json"]) != (best[0]["candidate_id"], best[0]["config_json"]):
+            picks.append((own[0], False, "own-kernel"))
+        for e, library, which in picks:
+            row = {**base, "winner": which}
             row["kernellab"] = {
                 "correct": True, "status": "correct", "candidate_id": e["candidate_id"], "evaluation_id": e["id"],
                 "interpreted": bool(e["interpreted"]), "median_ms": e["median_ms"], "eager_ms": e["eager_ms"],
                 "speedup_eager": None if e["interpreted"] else e["speedup_eager"],
                 "speedup_compile": None if e["interpreted"] else e["speedup_compile"],
                 "own_kernel_share": e["own_kernel_share"], "library_only": bool(e["library_only"])}
-            row["source"] = export.export_source(store, camp["id"], pid)
-        rows.append(row)
+            row["source"] = export.export_source(store, camp["id"], pid, library=library)
+            rows.append(row)
     if problems:
         missing = sorted(set(problems) - {r["problem"] for r in rows} - {r["problem_id"] for r in rows})
         if missing:
             raise CrosscheckError(f"no finished campaign for problem(s) {', '.join(missing)} in {store.path}")
-    return sorted(rows, key=lambda r: r["problem"])
+    return sorted(rows, key=lambda r: (r["problem"], r["winner"] != "exported"))
 
 
 # -- the comparison (pure) ------------------------------------------------------------------------------------
@@ -173,6 +181,8 @@ def to_markdown(result: dict) -> str:
             notes.append("problem sets ATOL/RTOL; KernelBench uses its own")
         if kl.get("library_only"):
             notes.append("library-only winner")
+        if r.get("winner") == "own-kernel":
+            notes.append("the best own-kernel candidate (the exported winner is the row above)")
         if kb.get("excessive_speedup"):
             notes.append("KernelBench flags excessive speedup")
         if kb.get("error"):
@@ -299,7 +309,7 @@ def _main(args: argparse.Namespace) -> int:
         raise CrosscheckError("--db is required (a database written by `kernellab bench`)")
     if not Path(args.db).is_file():
         raise CrosscheckError(f"{args.db}: no such database")
-    kb = Path(args.kernelbench)
+    kb = Path(args.kernelbench).resolve()  # the KernelBench children run in temporary directories
     if not (kb / "src" / "kernelbench" / "eval.py").is_file():
         raise CrosscheckError(f"{kb}: not a KernelBench folder (no src/kernelbench/eval.py); pass --kernelbench")
     if not env.has_cuda():

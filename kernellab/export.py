@@ -49,10 +49,11 @@ def _open(db: Any) -> Any:
     return Store(db)
 
 
-def best_candidate(store: Any, campaign: str, problem: str | None = None) -> dict:
+def best_candidate(store: Any, campaign: str, problem: str | None = None, library: bool = True) -> dict:
     """The reported best evaluation of ``problem`` (name or id; may be omitted when the campaign has
     one problem) in ``campaign`` (``store.reported_best``: the winner under the campaign's objective,
-    as re-timed in a fresh job when it was), with its ``candidate``, ``problem`` and ``campaign`` rows."""
+    as re-timed in a fresh job when it was), with its ``candidate``, ``problem`` and ``campaign`` rows.
+    ``library=False``: the best of the candidates that run kernels of their own (a bench's kernel win)."""
     camp = store.get_campaign(campaign)
     if camp is None:
         raise ExportError(f"no campaign {campaign!r} in {store.path}")
@@ -72,7 +73,7 @@ def best_candidate(store: Any, campaign: str, problem: str | None = None) -> dic
             names = ", ".join(sorted(r["name"] for r in rows.values())) or "none"
             raise ExportError(f"campaign {camp['name']!r} has no problem {problem!r} (it has: {names})")
         pid = matches[0]
-    best = store.reported_best(camp["id"], pid)
+    best = store.reported_best(camp["id"], pid, library=library)
     if not best:
         raise NoCorrectCandidate(f"problem {rows[pid]['name']!r} has no correct candidate in campaign {camp['name']!r}")
     return {"evaluation": best[0], "candidate": store.get_candidate(best[0]["candidate_id"]),
@@ -164,9 +165,10 @@ def _header(b: dict) -> str:
             '"""\n')
 
 
-def export_source(store: Any, campaign: str, problem: str | None = None) -> str:
-    """The standalone file's text for the best candidate of ``problem`` in ``campaign``."""
-    b = best_candidate(store, campaign, problem)
+def export_source(store: Any, campaign: str, problem: str | None = None, library: bool = True) -> str:
+    """The standalone file's text for the best candidate of ``problem`` in ``campaign`` (``library``: as
+    :func:`best_candidate`)."""
+    b = best_candidate(store, campaign, problem, library=library)
     src = _bake(b["candidate"]["source"], b["evaluation"].get("config") or {})
     tree = ast.parse(src)
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}

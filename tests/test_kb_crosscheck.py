@@ -97,6 +97,26 @@ def test_winners_reads_each_problems_latest_finished_campaign(bench_db: Path) ->
         kbx.winners(Store(bench_db), problems=["nope"])
 
 
+def test_a_library_only_winner_brings_the_best_own_kernel_candidate_along(tmp_path: Path) -> None:
+    # on the H200 every level-1 GEMM's exported winner was the library-only candidate (1.00x), so the cross-check
+    # judged cuBLAS while the bench counted the fused Triton seed as the correct own-kernel winner
+    store = Store(tmp_path / "b.db")
+    relu = store.add_problem(load_problem(ROOT / "tests" / "sandbox" / "problems" / "tiny_relu.py"))
+    cid = store.create_campaign("relu", {"problem_ids": [relu], "small": False}, "NVIDIA H200", {})
+    store.update_campaign(cid, status="done")
+    lib = store.add_candidate(cid, relu, CAND.format(tag="1.0  # library"), origin="seed")
+    store.add_evaluation(lib, {"interpreted": False, "library_only": True, "own_kernel_share": 0.0, **_ok(1.0)})
+    own = store.add_candidate(cid, relu, CAND.format(tag="1.0  # own"), origin="seed")
+    store.add_evaluation(own, {"interpreted": False, "library_only": False, "own_kernel_share": 0.9, **_ok(0.85)})
+    rows = kbx.winners(store)
+    assert [(r["winner"], r["kernellab"]["library_only"]) for r in rows] == [("exported", True), ("own-kernel", False)]
+    assert "# library" in rows[0]["source"] and "# own" in rows[1]["source"]
+    env = {"versions": {}, "date": "d", "device": "H200", "kernelbench_commit": "c", "kernelbench": "kb"}
+    page = kbx.to_markdown({"db": "b.db", "settings": {}, "environment": env, "agreement": kbx.compare(rows),
+                            "problems": rows})
+    assert "the best own-kernel candidate" in page
+
+
 def _row(name: str, kl_correct: bool, kb: dict | None, kl_speedup: float | None = None, source: str | None = "x") -> dict:
     return {"problem": name, "kernellab": {"correct": kl_correct, "status": "correct" if kl_correct else "no correct candidate",
                                            "speedup_eager": kl_speedup}, "kernelbench": kb, "source": source}
