@@ -287,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timing-method", default="cuda_event")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per KernelBench run [900]")
     ap.add_argument("--out-dir", default=str(ROOT / "experiments" / "results"))
+    ap.add_argument("--keep", default=None, metavar="JSON",
+                    help="an earlier cross-check's JSON: its KernelBench verdicts of the same evaluations are kept, not "
+                         "run again (a suite cross-checked as its bench grows, call by call)")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args._child:
@@ -299,11 +302,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _main(args: argparse.Namespace) -> int:
-    from kernellab.store import Store
+def _judged(row: dict) -> tuple | None:
+    """What a KernelBench verdict is of: the problem, which winner, and kernellab's evaluation of it."""
+    kl = row.get("kernellab") or {}
+    return (row["problem_id"], row.get("winner", "exported"), kl["evaluation_id"]) if kl.get("evaluation_id") else None
 
+
+def kept_verdicts(path: Path) -> dict[tuple, dict]:
+    """An earlier cross-check's KernelBench verdicts by :func:`_judged` (failed runs left out: run again)."""
+    if not path.is_file():
+        raise CrosscheckError(f"--keep {path}: no such file")
+    try:
+        rows = json.loads(path.read_text())["problems"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CrosscheckError(f"--keep {path}: not a kb_crosscheck JSON ({exc})") from None
+    return {key: r["kernelbench"] for r in rows if (key := _judged(r)) is not None
+            and (r.get("kernelbench") or {}).get("correctness") is not None}
+
+
+def _main(args: argparse.Namespace) -> int:
     from kernellab import env
     from kernellab.fileio import write_atomic
+    from kernellab.store import Store
 
     if not args.db:
         raise CrosscheckError("--db is required (a database written by `kernellab bench`)")
@@ -318,8 +338,12 @@ def _main(args: argparse.Namespace) -> int:
     if not rows:
         raise CrosscheckError(f"{args.db}: no finished campaign" + (f" with config hash {args.config_hash}"
                                                                     if args.config_hash else ""))
+    kept = kept_verdicts(Path(args.keep)) if args.keep else {}
     for k, r in enumerate(rows, 1):
-        if r["source"] is not None:
+        known = kept.get(_judged(r))
+        if known is not None:
+            r["kernelbench"] = {**known, "kept_from": args.keep}
+        elif r["source"] is not None:
             r["kernelbench"] = run_kernelbench(r, kb, args.trials, args.perf_trials, args.timing_method, args.timeout)
         kbv = r["kernelbench"] or {}
         print(f"kb_crosscheck: {k}/{len(rows)} {r['problem']}: kernellab {r['kernellab']['status']}, "

@@ -4,6 +4,8 @@
 #   KB_TIMEOUT=S   SIGINT to the bench at S seconds (it saves and stops), SIGKILL 30 s later [420]
 #   KB_JOBS=N      campaigns at once [8]     KB_SUITE   [.kb/level[12]/*.py]
 #   SOLO=FILE      first, one timed `kernellab run FILE --budget 4` and where its time went
+#   KB_CROSSCHECK=S  then experiments/kb_crosscheck.py on the database for at most S seconds; KB_KEEP=JSON (an
+#                  earlier cross-check's, in the tree) keeps its verdicts of the same evaluations
 # The database comes back gzipped in $OUT (kb-public.db.gz), with the bench's pages and log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,3 +34,8 @@ echo "kb_public: bench rc $? at $(date -u +%H:%M:%S)"  # 124/130: stopped at KB_
 tail -n 30 "$OUT/kb-bench.log"
 $PY -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" "$db" "$OUT/kb-public.db" \
   && gzip -f "$OUT/kb-public.db"
+if [ -n "${KB_CROSSCHECK:-}" ]; then
+  keep=(); [ -n "${KB_KEEP:-}" ] && keep=(--keep "$KB_KEEP")
+  timeout -s INT "$KB_CROSSCHECK" $PY experiments/kb_crosscheck.py --db "$db" --kernelbench "$PWD/.kb" --out-dir "$OUT" \
+    "${keep[@]}" 2>&1 | tail -n 12
+fi

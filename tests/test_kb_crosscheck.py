@@ -200,3 +200,17 @@ def test_crosscheck_end_to_end_on_gpu(tmp_path: Path) -> None:
     assert result["agreement"]["both_correct"] == 1, result["problems"]
     assert result["problems"][0]["kernelbench"]["speedup"] > 0
     assert result["environment"]["kernelbench_commit"] != "unknown"
+
+
+def test_keep_reuses_an_earlier_verdict_of_the_same_evaluation_only(bench_db: Path, tmp_path: Path) -> None:
+    rows = kbx.winners(Store(bench_db))
+    relu = next(r for r in rows if r["problem"] == "tiny_relu")
+    earlier = tmp_path / "x.json"
+    verdict = {"compiled": True, "correctness": True, "speedup": 1.9}
+    failed = {"compiled": None, "correctness": None, "error": "crash"}
+    other = {**relu, "kernellab": {**relu["kernellab"], "evaluation_id": "another"}}
+    earlier.write_text(json.dumps({"problems": [{**relu, "kernelbench": verdict}, {**other, "kernelbench": failed}]}))
+    kept = kbx.kept_verdicts(earlier)
+    assert kept == {(relu["problem_id"], "exported", relu["kernellab"]["evaluation_id"]): verdict}
+    with pytest.raises(kbx.CrosscheckError, match="no such file"):
+        kbx.kept_verdicts(tmp_path / "nope.json")
