@@ -656,7 +656,7 @@ def compare(campaigns: tuple[str, ...], study_name: str | None, by: str, tie: fl
         click.echo(compare_mod.to_text(result))
         if output:
             click.echo(f"page written to {result['html']}")
-# optimize: a whole model (kernellab/optimize.py)
+# optimize: a whole model (kernellab/wholemodel/)
 # ------------------------------------------------------------------------------------------------
 @main.command()
 @click.argument("model")
@@ -703,7 +703,7 @@ def optimize(model: str, inputs: str | None, budget: int, time_budget_s: float |
     patched model and torch.compile timed side by side (GPU; on a CPU kernels are interpreted and no
     speedup is claimed). Exit 0 when at least one subgraph runs a kernel and the end-to-end check
     passed, 1 when none does or the check failed, 2 on bad input."""
-    from . import optimize as opt
+    from . import wholemodel as opt
     from .campaign import CampaignError
     from .progress import Progress
 
