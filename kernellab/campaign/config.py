@@ -28,8 +28,11 @@ class CampaignBusy(CampaignError):
 TUNE_TRIALS_MIN, TUNE_TRIALS_MAX = 4, 32
 
 
-@dataclass
+@dataclass(frozen=True)
 class CampaignConfig:
+    """A campaign's settings, every default here once (the CLI's options, bench, kernellab.run and the graph's
+    Context read them from this class). Frozen: a campaign's configuration is what it was started with."""
+
     problems: list[str]
     llm: str = "builtin"
     base_url: str | None = None

@@ -18,6 +18,7 @@ from kernellab.campaign.steps import _Steps
 from kernellab.campaign.timeline import step_times, step_times_line
 from kernellab.problem import Problem, ProblemError, load_problem
 from kernellab.small import instance_sizes, small_fault, small_overrides
+from kernellab.vocab import small_for
 
 if TYPE_CHECKING:
     from kernellab.agents.graph import Context
@@ -158,7 +159,7 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     if progress is not None:
         progress.update(campaign=camp["name"], problems_total=len(problems), budget_candidates=config.budget,
                         budget_wall_s=config.time_budget_s, budget_usd=config.usd_budget)
-        small = config.small if config.small is not None else device != "cuda"
+        small = small_for(device, config.small)
         for p in problems.values():  # the sizes judged, before anything is: a wrong instance is seen at once
             progress.note(f"{p.name}: {instance_sizes(p, small)['text']}")
     _running_here(store, camp["id"], True)
@@ -267,12 +268,13 @@ def _context(store: BaseStore, camp: dict, config: CampaignConfig, problems: dic
     from kernellab.agents.graph import Context
 
     policy = search.get_policy(config.policy, seed=config.seed)
-    budget = search.Budget.of_campaign(asdict(config))
+    budget = search.Budget.of_campaign(config)
     fatal: tuple = ()
     if config.llm != "builtin":
-        from kernellab.agents.llm import BudgetExceeded, LLMUnavailable, ReplayMiss
+        from kernellab.agents import llm
+        from kernellab.vocab import LLM_STOPS
 
-        fatal = (BudgetExceeded, LLMUnavailable, ReplayMiss)
+        fatal = tuple(getattr(llm, name) for name in LLM_STOPS)  # the LLM's stops end the run, resumable
 
     def stop_check(pid: str, state: dict) -> str | None:
         tree = search.Tree(store, camp["id"], pid, objective=config.objective)
@@ -284,7 +286,7 @@ def _context(store: BaseStore, camp: dict, config: CampaignConfig, problems: dic
                                   plateau=config.plateau, plateau_gain=config.plateau_gain)
 
     steps = _Steps(store, camp["id"], config, executor, device)
-    return Context(fatal=fatal, store=store, campaign_id=camp["id"], config=asdict(config), problems=problems,
+    return Context(fatal=fatal, store=store, campaign_id=camp["id"], config=config, problems=problems,
                    agents=agents, evaluate_many=steps.evaluate_many, select=policy.select,
                    make_tree=lambda pid: search.Tree(store, camp["id"], pid, objective=config.objective),
                    stop_check=stop_check, tune=steps.tune if steps.tune_trials > 0 else None, profile=steps.profile, reference=steps.reference,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from kernellab import _interrupt, env
 from kernellab.campaign.config import CampaignConfig
 from kernellab.problem import Problem
+from kernellab.vocab import small_for
 
 if TYPE_CHECKING:
     from kernellab.store import BaseStore
@@ -26,7 +27,7 @@ class _Steps:
     def _settings(self, problem: Problem) -> dict:
         from kernellab import search
 
-        small = self.config.small if self.config.small is not None else self.device != "cuda"
+        small = small_for(self.device, self.config.small)
         return search.reuse_settings(trials=self.config.trials, small=small, mode=problem.mode)
 
     def _reusable(self, problem: Problem, cand: dict) -> dict | None:

@@ -13,7 +13,7 @@ import click
 
 from kernellab.campaign import TUNE_TRIALS_MAX, TUNE_TRIALS_MIN, CampaignConfig
 from kernellab.problem import ProblemError
-from kernellab.vocab import OBJECTIVES
+from kernellab.vocab import OBJECTIVES, stops_resumably
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -128,7 +128,7 @@ def _interruptible(fn: Callable[[], dict], store: Any, campaign_id: str, progres
         click.echo(f"kernellab: interrupted; the campaign is saved: {resume_hint(name, store.path)}", err=True)
         exit_now(EXIT_FAILED)
     except Exception as exc:
-        if type(exc).__name__ not in ("BudgetExceeded", "LLMUnavailable", "ReplayMiss", "SandboxUnavailable"):
+        if not stops_resumably(exc):
             raise
         if progress is not None:
             progress.close()

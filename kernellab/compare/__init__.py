@@ -9,7 +9,7 @@ Definitions (the page's "method" section says the same):
 
 - **best so far** after n evaluations: the best objective value among the run's counted evaluations so
   far: correct, kind ``full`` or a tuner ``retime``, a kernel win as bench counts one
-  (``kernellab.bench._counts``: not library-only, own-kernel share >= 0.5 on a GPU). Every evaluation
+  (``kernellab.vocab.counts_as_kernel_win``: not library-only, own-kernel share >= 0.5 on a GPU). Every evaluation
   the search spent (``trial`` rows included) advances n; winners' fresh-job re-timings do not (they
   check the selection). GPU-seconds are the sandbox's ``details.gpu_s``, summed.
 - **objective**: the campaign's speedup (vs eager or torch.compile). Interpreted (CPU) runs have no

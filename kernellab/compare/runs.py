@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernellab.bench import _counts
+from kernellab.vocab import counts_as_kernel_win
 
 GROUPINGS = ("strategy", "policy", "agents", "prompts")
 OBJECTIVE_LABELS = {"speedup_eager": "speedup vs eager", "speedup_compile": "speedup vs torch.compile"}
@@ -113,14 +113,14 @@ def _run(store: Any, camp: dict, pid: str, calls: list[dict], n_problems: int) -
             run.evaluations += 1
             if e["status"] != "correct":
                 failures[e.get("error_class") or e["status"]] += 1
-        if e["kind"] in ("full", "retime") and e["status"] == "correct" and _counts(e, False):
+        if e["kind"] in ("full", "retime") and e["status"] == "correct" and counts_as_kernel_win(e):
             v = _value(e, objective)
             if v is not None and (best is None or v > best):
                 best = v
         run.points.append((n, t, best))
     run.failures = dict(failures)
     reported = store.reported_best(camp["id"], pid, objective, library=False)
-    if reported and _counts(reported[0], False) and _value(reported[0], objective) is not None:
+    if reported and counts_as_kernel_win(reported[0]) and _value(reported[0], objective) is not None:
         run.final, run.final_retimed = _value(reported[0], objective), bool(reported[0].get("retimed"))
     else:
         run.final = best

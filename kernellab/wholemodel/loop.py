@@ -155,7 +155,7 @@ def optimize(model: nn.Module, example_inputs: list | tuple, *, db: str = "kerne
     # of it what our kernels carry: a winner's own-kernel share of its GPU time, measured when it was judged
     # (KB 4's conv1 winner was cuDNN plus one Triton kernel with 9% of its time: patched, but hardly ours)
     result["patched_share"] = sum(r["share"] * len(r["patched"]) / len(r["units"]) for r in result["problems"])
-    # None on the interpreter: its own-kernel share is Python wall time, not GPU time (bench._counts), and a
+    # None on the interpreter: its own-kernel share is Python wall time, not GPU time (vocab.counts_as_kernel_win), and a
     # whole-model winner read as 11-14% "of the model's time"
     result["covered_share"] = None if result["interpreted"] else sum(
         r["share"] * len(r["patched"]) / len(r["units"]) * ((r.get("winner") or {}).get("own_kernel_share") or 0.0)

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from kernellab.vocab import small_for
 from kernellab.wholemodel.units import OptimizeError
 
 
@@ -29,8 +30,7 @@ def load_model_spec(spec: str, inputs: str | None = None, small: bool | None = N
     from kernellab.problem import instantiate, load_problem
 
     device = device or env.default_device()
-    if small is None:
-        small = device != "cuda"
+    small = small_for(device, small)
     if spec.endswith(".py") or Path(spec).is_file():
         if inputs:
             raise OptimizeError("--inputs is for package.module:attr; a model file brings its own get_inputs")
