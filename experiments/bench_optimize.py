@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernellab import _runtime, env  # noqa: E402
-from kernellab import optimize as opt  # noqa: E402
+from kernellab import wholemodel as opt  # noqa: E402
 from kernellab.progress import Progress  # noqa: E402
 
 # this script is an entry point: the interpreter switch (no CUDA device) before any kernel is defined, the ast lock

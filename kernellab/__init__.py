@@ -19,16 +19,16 @@ import importlib.util
 __version__ = "0.1.0"
 __all__ = ["Problem", "ProblemError", "load_problem", "load_best", "run", "optimize", "patch", "__version__"]
 
-# public name -> (module, attribute); None: the module itself (kernellab.optimize is a callable module:
-# kernellab.optimize(model, inputs) runs optimize.optimize)
+# public name -> (module, attribute); None: the module itself. kernellab.optimize is the function
+# (kernellab.wholemodel.optimize); its stages are the package kernellab.wholemodel
 _EXPORTS: dict[str, tuple[str, str | None]] = {
     "Problem": ("kernellab.problem", "Problem"),
     "ProblemError": ("kernellab.problem", "ProblemError"),
     "load_problem": ("kernellab.problem", "load_problem"),
     "load_best": ("kernellab.export", "load_best"),
     "run": ("kernellab.campaign", "run"),
-    "optimize": ("kernellab.optimize", None),
-    "patch": ("kernellab.optimize", "patch"),
+    "optimize": ("kernellab.wholemodel", "optimize"),
+    "patch": ("kernellab.wholemodel", "patch"),
 }
 
 

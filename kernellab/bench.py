@@ -38,8 +38,7 @@ from kernellab._busy import BusySampler
 from kernellab.campaign import CampaignConfig, check_campaign, mark_stopped, run_campaign, start_campaign
 from kernellab.fileio import write_atomic
 from kernellab.problem import Problem, load_problem
-from kernellab.sandbox import KERNEL_WIN_SHARE
-from kernellab.vocab import Kind, Status, best_key
+from kernellab.vocab import KERNEL_WIN_SHARE, Kind, Status, best_key, counts_as_kernel_win, small_for
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "experiments" / "results"
@@ -117,7 +116,7 @@ def bench_config(config_kw: dict) -> dict:
     cfg.pop("reuse")
     device = cfg["device"] or env.default_device()
     cfg["device"] = "cuda" if device.startswith("cuda") else device
-    cfg["small"] = (cfg["device"] == "cpu") if cfg["small"] is None else bool(cfg["small"])
+    cfg["small"] = small_for(cfg["device"], cfg["small"])
     # resolved too: a CPU bench keeps its earlier hash (0, no tuning), a GPU one names its trials
     cfg["tune_trials"] = CampaignConfig(problems=[], **config_kw).tune_trials_on(cfg["device"])
     return cfg
@@ -137,20 +136,6 @@ def bench_campaigns(store: Any, chash: str) -> dict[str, list[dict]]:
     return out
 
 
-def _counts(e: dict, allow_library: bool) -> bool:
-    """A kernel win: not library-only, and on a GPU at least KERNEL_SHARE_MIN of the GPU time in its own
-    kernels. The interpreter's share is Python wall time, not GPU time (a one-kernel softmax measures
-    0.15 there), so an interpreted run, which claims no speedup anyway, needs only a launch of its own."""
-    if allow_library:
-        return True
-    if e["library_only"]:
-        return False
-    if e["interpreted"]:
-        return True
-    share = e.get("own_kernel_share")
-    return share is not None and share >= KERNEL_SHARE_MIN
-
-
 def _pick(evals: list[dict], objective: str) -> dict | None:
     return min(evals, key=best_key(objective), default=None)
 
@@ -168,7 +153,7 @@ def problem_row(store: Any, campaign_id: str, objective: str = "speedup_eager", 
     cands = store.candidates(campaign_id, pid)
     # the store's reported best: the winner under the objective, replaced by its fresh-job re-timing
     reported = store.reported_best(campaign_id, pid, objective, library=allow_library)
-    best = reported[0] if reported and _counts(reported[0], allow_library) else None
+    best = reported[0] if reported and counts_as_kernel_win(reported[0], allow_library) else None
     good = store.reported_best(campaign_id, pid, objective, library=True) if best is None else [best]
     row: dict[str, Any] = {"problem": prob["name"], "path": prob["path"], "problem_id": pid, "campaign": camp["name"],
                            "device": camp["device"], "finished": camp["status"] == "done", "state": camp["status"],
@@ -624,7 +609,7 @@ def _md_pace(result: dict) -> list[str]:
 def _md_summary(result: dict, share: float) -> list[str]:
     s = result["summary"]
     total = s["problems"]
-    # interpreted, a launch of its own counts (bench._counts): there is no share, and no speedup to win
+    # interpreted, a launch of its own counts (vocab.counts_as_kernel_win): there is no share, and no speedup to win
     what = ("a correct candidate that launches its own kernels (interpreted: no speedup, nothing is won)"
             if s["interpreted"] else f"a correct kernel win (own-kernel share >= {share:g}")
     lines = ["## Summary", "", f"{s['correct']}/{total} problems with {what}"

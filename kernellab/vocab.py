@@ -14,6 +14,11 @@
   ``{"g": {"BLOCK": 64}}`` changes one entry of kernel ``g``, never drops its others); the sandbox, the
   profiling target and ``export`` all use it.
 - :func:`canonical_json` (stable text for hashing) and :data:`SEED`, the sandbox's default seed.
+- :func:`small_for`: ``small=None`` means SMALL sizes on the CPU (and full sizes on a GPU).
+- :data:`VERSION_KEYS`: the software versions an evaluation's baseline and its reuse key on.
+- :data:`KERNEL_WIN_SHARE`, :func:`share_wins` and :func:`counts_as_kernel_win`: what a kernel win is.
+- :data:`RESUMABLE_STOPS` (:data:`LLM_STOPS` among them) and :func:`stops_resumably`: the exceptions that
+  stop a campaign saved and resumable rather than failing it.
 
 Standard library only: the sandbox worker, the store and the GPU benchmarks import it.
 """
@@ -29,7 +34,9 @@ from typing import Any
 __all__ = ["SEED", "Status", "STATUSES", "FAILED", "Kind", "KINDS", "JUDGED", "WINNER_RETIME",
            "is_winner_retime", "is_judged", "OBJECTIVES", "DEFAULT_OBJECTIVE", "check_objective", "best_key",
            "best_evaluation", "canonical_json", "SpaceError", "ConfigError", "SEP", "read_space",
-           "space_from_source", "is_nested", "flatten_space", "unflatten", "apply_config"]
+           "space_from_source", "is_nested", "flatten_space", "unflatten", "apply_config", "small_for",
+           "VERSION_KEYS", "KERNEL_WIN_SHARE", "share_wins", "counts_as_kernel_win", "LLM_STOPS", "RESUMABLE_STOPS",
+           "stops_resumably"]
 
 # Seeds the model weights (Model and ModelNew alike) and, offset per trial, the inputs: in the
 # sandbox's jobs and in the profiled process, so that a profile sees the inputs an evaluation saw.
@@ -238,3 +245,49 @@ def apply_config(cfg: Any, config: dict | None, space: dict | None = None) -> An
         else:
             cfg[k] = v
     return cfg
+
+
+def small_for(device_kind: str | None, small: bool | None) -> bool:
+    """Whether a job runs the SMALL instance: ``small`` when given, else off a GPU only (``device_kind``
+    "cpu", "cuda" or "cuda:N"; a GPU runs the problem's full sizes, the Triton interpreter on a CPU cannot)."""
+    return not str(device_kind or "").startswith("cuda") if small is None else bool(small)
+
+
+# the software versions an evaluation's eager/compile baseline is cached on, and a reused evaluation must match
+VERSION_KEYS = ("torch", "triton", "cuda", "driver", "python")
+
+# A kernel win needs at least this share of the GPU time in the candidate's own kernels (the sandbox
+# records ``details.kernel_win_eligible`` by it, and bench and compare count wins by it).
+KERNEL_WIN_SHARE = 0.5
+
+
+def share_wins(library_only: bool, share: float | None) -> bool:
+    """The kernel-win rule on a measured share: not library-only, and at least :data:`KERNEL_WIN_SHARE` of
+    the time in the candidate's own kernels."""
+    return not library_only and share is not None and share >= KERNEL_WIN_SHARE
+
+
+def counts_as_kernel_win(e: dict, allow_library: bool = False) -> bool:
+    """An evaluation that counts as a kernel win: :func:`share_wins` on its ``own_kernel_share``. The
+    interpreter's share is Python wall time, not GPU time (a one-kernel softmax measures 0.15 there), so an
+    interpreted run, which claims no speedup anyway, needs only a launch of its own (not library-only).
+    ``allow_library``: every evaluation counts (bench --allow-library)."""
+    if allow_library:
+        return True
+    if e["library_only"]:
+        return False
+    if e["interpreted"]:
+        return True
+    return share_wins(False, e.get("own_kernel_share"))
+
+
+# The exceptions (by class name: the CLI reads them without importing the LLM backends) after which a
+# campaign stops saved and resumable: an LLM budget spent, the LLM service unavailable, a replay without
+# the call, and a sandbox that cannot evaluate at all. LLM_STOPS are the LLM backends' own.
+LLM_STOPS = ("BudgetExceeded", "LLMUnavailable", "ReplayMiss")
+RESUMABLE_STOPS = (*LLM_STOPS, "SandboxUnavailable")
+
+
+def stops_resumably(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of :data:`RESUMABLE_STOPS`."""
+    return type(exc).__name__ in RESUMABLE_STOPS

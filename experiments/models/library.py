@@ -6,7 +6,7 @@
 
 Each factory and inputs function takes ``small``: full size on a GPU (``small=False``), a small variant
 the Triton interpreter gets through on a CPU (``small=True``); None picks by ``torch.cuda.is_available()``
-(``kernellab.optimize.load_model_spec`` passes its own choice). The libraries are imported inside the
+(``kernellab.wholemodel.load_model_spec`` passes its own choice). The libraries are imported inside the
 functions: kernellab imports without them, and a missing one is a one-line error.
 
 - ``timm_resnet``: ``timm.create_model("resnet18")`` (``resnet10t``, timm's smallest ResNet, at 32x32 on

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
@@ -31,7 +31,10 @@ from kernellab.agents.roles import Agents, Proposal
 from kernellab.problem import Problem, content_hash
 from kernellab.sandbox import SandboxUnavailable, is_infra
 from kernellab.store import BaseStore, canonical_json
-from kernellab.vocab import DEFAULT_OBJECTIVE, FAILED, Kind, best_key, is_judged, space_from_source
+from kernellab.vocab import FAILED, Kind, best_key, is_judged, space_from_source
+
+if TYPE_CHECKING:  # the campaign layer above builds the Context; its config type only is named here
+    from kernellab.campaign.config import CampaignConfig
 
 # Infrastructure failures (the sandbox's own machinery, see kernellab.sandbox.is_infra) are never a
 # candidate's judged evaluation: they are an ``infra`` event and the candidate is evaluated again at
@@ -70,7 +73,7 @@ class Context:
 
     store: BaseStore
     campaign_id: str
-    config: dict
+    config: CampaignConfig  # the campaign's own (frozen): its defaults are CampaignConfig's
     problems: dict[str, Problem]
     agents: Agents
     evaluate_many: Callable[[Problem, list[dict]], Any]  # yields (candidate_id, result)
@@ -170,17 +173,17 @@ def _pid(state: CampaignState) -> str:
 
 
 def _width(ctx: Context) -> int:
-    return int(ctx.config.get("width", 4))
+    return ctx.config.width
 
 
 def _max_debug(ctx: Context) -> int:
-    return int(ctx.config.get("debug_rounds", 3))
+    return ctx.config.debug_rounds
 
 
 def _tree_rows(ctx: Context, problem_id: str, selected: list[str | None] | None = None) -> list[dict]:
     """Candidate rows with ``best`` (best judged evaluation), ``analysis`` and ``selected`` keys."""
     store = ctx.store
-    objective = ctx.config.get("objective", DEFAULT_OBJECTIVE)
+    objective = ctx.config.objective
     analyses = {}
     for ev in store.events(ctx.campaign_id, "analyze"):
         analyses[ev["payload"].get("candidate_id")] = ev["payload"]
@@ -242,7 +245,7 @@ def _deadline(ctx: Context, state: CampaignState) -> float | None:
     """When the campaign's time budget (``--time-budget``, active wall time over all sessions) runs out, as a
     ``time.monotonic()`` value; None without one. The select step checks it between rounds; the steps
     inside a round that can take minutes (tuning, profiling) check it too, or a 30 s budget became minutes."""
-    wall = ctx.config.get("time_budget_s")
+    wall = ctx.config.time_budget_s
     if wall is None:
         return None
     # the earlier sessions' active time, then this session's from its start
@@ -257,7 +260,7 @@ def _usage_to_progress(ctx: Context) -> None:
     # a replayed call counts what the original paid, as the dollar budget does
     usd = sum(float(c.get("cost_usd") or (c.get("response") or {}).get("replayed_cost_usd") or 0.0) for c in calls)
     tokens = sum(int(c.get("input_tokens") or 0) + int(c.get("output_tokens") or 0) for c in calls)
-    ctx.progress.update(llm_usd=usd, llm_tokens=tokens, budget_usd=ctx.config.get("usd_budget"))
+    ctx.progress.update(llm_usd=usd, llm_tokens=tokens, budget_usd=ctx.config.usd_budget)
 
 
 # -- select ---------------------------------------------------------------------------------------
@@ -301,7 +304,7 @@ def select(state: CampaignState, runtime: Runtime[Context], config: RunnableConf
     k = min(_width(ctx), _remaining(ctx, pid))
     nodes = ctx.select(tree, k) if n else []
     selected = [getattr(x, "id", x) for x in nodes] or [None]
-    ctx.event("select", {"problem_id": pid, "round": rnd, "selected": selected, "policy": ctx.config.get("policy")},
+    ctx.event("select", {"problem_id": pid, "round": rnd, "selected": selected, "policy": ctx.config.policy},
               key)
     if ctx.progress:
         ctx.progress.update(problem=ctx.problems[pid].name, tree_size=len(tree) if hasattr(tree, "__len__") else 0)
@@ -541,7 +544,7 @@ def tune(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig
 
 
 def _best_of(ctx: Context, pid: str) -> dict | None:
-    rows = ctx.store.reported_best(ctx.campaign_id, pid, ctx.config.get("objective", DEFAULT_OBJECTIVE))
+    rows = ctx.store.reported_best(ctx.campaign_id, pid, ctx.config.objective)
     return rows[0] if rows else None
 
 

@@ -49,6 +49,7 @@ from distributed import WorkerPlugin
 
 from kernellab import _runtime
 from kernellab.problem import Problem
+from kernellab.vocab import small_for
 
 from ._executor import EvalJob, Executor, Limits, LocalExecutor, SandboxError, _visible_gpus, check_job
 from ._result import infra_result
@@ -369,7 +370,7 @@ class DaskExecutor(Executor):
             fut.set_running_or_notify_cancel()
             fut.set_result(_tagged(job, infra_result(job.config, "worker_start", str(exc), breaker=True)))
             return fut
-        small = job.small if job.small is not None else (kind == "cpu")
+        small = small_for(kind, job.small)
         job = replace(job, device=kind, small=bool(small), limits=job.limits or self.limits)
         job_id = uuid.uuid4().hex
         data = job_data(job, job_id, self._cached_baselines(job))

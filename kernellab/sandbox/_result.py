@@ -51,7 +51,7 @@ import re
 import traceback
 from typing import Any
 
-from kernellab.vocab import STATUSES  # noqa: F401 - the sandbox exports them as its own
+from kernellab.vocab import KERNEL_WIN_SHARE, STATUSES  # noqa: F401 - the sandbox exports them as its own
 
 RESULT_KEYS = ("status", "error_text", "error_class", "max_abs_err", "max_rel_err", "median_ms", "p20_ms",
                "p80_ms", "eager_ms", "compile_ms", "speedup_eager", "speedup_compile", "own_kernel_share",
@@ -59,9 +59,6 @@ RESULT_KEYS = ("status", "error_text", "error_class", "max_abs_err", "max_rel_er
 
 # Error text is stored in the database and fed to debugging agents: the tail is what matters.
 MAX_ERROR_TEXT = 4000
-# A kernel win needs at least this share of the GPU time in the candidate's own kernels (the sandbox
-# records ``details.kernel_win_eligible`` by it, and bench counts wins by it).
-KERNEL_WIN_SHARE = 0.5
 
 # Messages of faults after which a CUDA context is unusable: the worker must be replaced.
 _CUDA_FAULT = re.compile(

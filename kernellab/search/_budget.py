@@ -84,14 +84,15 @@ class Budget:
     rounds: int | None = None
 
     @classmethod
-    def of_campaign(cls, config: dict) -> Budget:
+    def of_campaign(cls, config: Any) -> Budget:
         """A campaign's budget from its ``CampaignConfig`` fields (``budget``, ``time_budget_s``,
         ``gpu_budget_s``, ``usd_budget``). LLM dollars are seen twice, for two different ends: here,
         between rounds, a spent budget ends the campaign's problems with a ``budget: llm_usd`` stop;
         the LLM backend refuses a single call that would overspend (``BudgetExceeded``), which stops
         the campaign resumable (``resume --usd-budget``)."""
-        return cls(candidates=config.get("budget"), wall_s=config.get("time_budget_s"),
-                   gpu_s=config.get("gpu_budget_s"), llm_usd=config.get("usd_budget"))
+        get = config.get if isinstance(config, dict) else lambda k: getattr(config, k, None)  # a dict or a CampaignConfig
+        return cls(candidates=get("budget"), wall_s=get("time_budget_s"), gpu_s=get("gpu_budget_s"),
+                   llm_usd=get("usd_budget"))
 
     def candidates_left(self, used: int | Usage) -> int:
         """How many candidates the budget still allows (``sys.maxsize`` when unlimited)."""

@@ -19,11 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from kernellab.problem import content_hash
-from kernellab.vocab import Kind, Status, canonical_json
+from kernellab.vocab import VERSION_KEYS, Kind, Status, canonical_json
 
 __all__ = ["VERSION_KEYS", "settings", "find_reusable", "reused_result"]
 
-VERSION_KEYS = ("torch", "triton", "cuda", "driver", "python")
 
 # store columns that name the row itself, not the outcome
 _OWN = ("id", "candidate_id", "campaign_id", "kind", "created_at", "config_json", "versions_json", "details_json")

@@ -46,10 +46,10 @@ def new_campaign(store: Store, problem: Path = AFFINE, **kw) -> str:
 
 
 def context(store: Store, cid: str, executor, agents=None, progress=None) -> Context:
-    """The campaign's own wiring (``campaign._context``), as ``run_campaign`` builds it."""
+    """The campaign's own wiring (``campaign.running._context``), as ``run_campaign`` builds it."""
     camp = store.get_campaign(cid)
     cfg = CampaignConfig(**{k: v for k, v in camp["config"].items() if k in CampaignConfig.__dataclass_fields__})
-    return campaign._context(store, camp, cfg, campaign._problems_of(store, camp), agents or BuiltinAgents(),
+    return campaign.running._context(store, camp, cfg, campaign.config._problems_of(store, camp), agents or BuiltinAgents(),
                              executor, "cpu", progress)
 
 

@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from kernellab import Problem
-from kernellab.campaign import CampaignConfig, _band, retime_winners, run_campaign, start_campaign
+from kernellab.campaign import CampaignConfig, retime_winners, run_campaign, start_campaign
+from kernellab.campaign.retime import _band
 from kernellab.cli import main
 from kernellab.search import Tree
 from kernellab.store import WINNER_RETIME, Store

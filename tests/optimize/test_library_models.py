@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernellab import optimize as opt
+from kernellab import wholemodel as opt
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -50,7 +50,7 @@ def test_keyword_and_constant_arguments_become_one_problem_of_tensors() -> None:
     with torch.no_grad():
         torch.testing.assert_close(ref(x, mask), model.blocks[0](x, mask=mask, cache=None, scale=0.5)[0])
     # another constant is another problem
-    other = opt._flat_call((x,), {"mask": mask, "cache": None, "scale": 0.25})
+    other = opt.tracing._flat_call((x,), {"mask": mask, "cache": None, "scale": 0.25})
     assert other[1] == task.signature and other[2] != task.call
 
 

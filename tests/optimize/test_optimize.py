@@ -1,4 +1,4 @@
-"""Whole models (kernellab.optimize): split, dedupe, campaigns with the builtin agents, patch, the
+"""Whole models (kernellab.optimize, kernellab/wholemodel/): split, dedupe, campaigns with the builtin agents, patch, the
 end-to-end check, a rerun that skips finished subgraphs, and the CLI. CPU: the Triton interpreter,
 the small model of small_model.py at its own (small) sizes."""
 
@@ -12,7 +12,7 @@ import torch
 from click.testing import CliRunner
 from torch import nn
 
-from kernellab import optimize as opt
+from kernellab import wholemodel as opt
 from kernellab.campaign import CampaignConfig
 from kernellab.cli import main
 
@@ -250,7 +250,7 @@ def test_patch_puts_a_winner_outside_the_tolerance_back_to_pytorch(optimized) ->
 
 
 def test_large_inputs_on_the_cpu_get_a_warning() -> None:
-    from kernellab.optimize import interpreted_size_warning
+    from kernellab.wholemodel import interpreted_size_warning
 
     big = [torch.zeros(10, 3, 224, 224), {"mask": torch.zeros(4)}]
     line = interpreted_size_warning(big, "cpu")
@@ -263,7 +263,7 @@ def test_weights_reached_through_a_closure_and_stand_ins_are_patched_back(tmp_pa
     """KB 44's shape of model: fx fails on the lambda, export lifts the MLP's weights into constants; the
     winner gets the unit's real weights under the lifted names. With every parameter above 16 elements
     judged on stand-ins, the end-to-end check (on the real weights) passes only if patch loaded them."""
-    monkeypatch.setattr(opt, "STAND_IN_ABOVE", 4)
+    monkeypatch.setattr(opt.tasks, "STAND_IN_ABOVE", 4)
     model, inputs, name = opt.load_model_spec(str(MODEL.with_name("closure_model.py")), device="cpu")
     with torch.no_grad():  # the LayerNorm's 8 weights stand in: make them unlike any draw of their mean and std
         model.ln.weight.copy_(torch.linspace(0.5, 2.0, 8))
@@ -307,7 +307,7 @@ def test_units_chaining_tf32_convs_are_judged_at_the_end_to_end_tolerance(monkey
 def test_a_failure_in_the_report_ends_with_its_exception() -> None:
     """The report's failure texts: a sandbox traceback shows its exception (its head is the sandbox's own
     frames), a judge's message its start, each on one line."""
-    from kernellab.optimize import _failure_text
+    from kernellab.wholemodel.loop import _failure_text
 
     tb = ("Traceback (most recent call last):\n  File \"kernellab/sandbox/_job.py\", line 253, in run_job\n"
           + "    frame\n" * 80 + "triton.runtime.errors.OutOfResources: out of resource: shared memory, "
@@ -344,7 +344,7 @@ def test_patch_needs_a_winner_min_speedup_faster_than_eager(optimized, tmp_path)
 
 
 def test_row_notes_say_a_shared_reason_once() -> None:
-    from kernellab.optimize import row_notes
+    from kernellab.wholemodel import row_notes
 
     why = "the winner is not enough faster than PyTorch (0.24x eager; a patch needs 1.05x)"
     kept = {f"encoder.layer.{i}.attention": why for i in range(12)} | {"pooler": "no correct candidate"}

@@ -1,0 +1,127 @@
+"""The campaign's evaluate, tune, profile and reference steps, which the graph calls through its Context."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import TYPE_CHECKING, Any
+
+from kernellab import _interrupt, env
+from kernellab.campaign.config import CampaignConfig
+from kernellab.problem import Problem
+from kernellab.vocab import small_for
+
+if TYPE_CHECKING:
+    from kernellab.store import BaseStore
+
+
+class _Steps:
+    """The campaign's evaluate, tune, profile and reference steps (the graph calls them through its Context)."""
+
+    def __init__(self, store: BaseStore, campaign_id: str, config: CampaignConfig, executor: Any, device: str):
+        self.store, self.campaign_id, self.config, self.executor, self.device = store, campaign_id, config, executor, device
+        self._references: dict[str, dict] = {}
+        self.tune_trials = config.tune_trials_on(device)
+
+    def _settings(self, problem: Problem) -> dict:
+        from kernellab import search
+
+        small = small_for(self.device, self.config.small)
+        return search.reuse_settings(trials=self.config.trials, small=small, mode=problem.mode)
+
+    def _reusable(self, problem: Problem, cand: dict) -> dict | None:
+        """A finished evaluation of the same source by any campaign, made under this campaign's
+        conditions (``search.find_reusable``), as this candidate's result; None: evaluate it.
+        Only with the local executor, whose workers run this host's device and software."""
+        from kernellab import sandbox, search
+
+        if not self.config.reuse or not isinstance(_interrupt.unwrap(self.executor), sandbox.LocalExecutor):
+            return None
+        known = search.find_reusable(self.store, problem.id, cand["source"], device=env.device_name(self.device),
+                                     versions=env.versions(self.device), job=self._settings(problem),
+                                     gpu=self.device == "cuda", exclude=cand["id"])
+        return search.reused_result(known) if known is not None else None
+
+    def evaluate_many(self, problem: Problem, cands: list[dict]) -> Iterator[tuple[str, dict]]:
+        from kernellab import sandbox
+
+        config = self.config
+        todo = []
+        for c in cands:
+            reused = self._reusable(problem, c)
+            if reused is None:
+                todo.append(c)
+            else:
+                yield c["id"], reused
+        if not todo:
+            return
+        job_settings = self._settings(problem)
+        # evaluate() blocks on its job; threads keep several jobs in flight in the executor's pool
+        pool = ThreadPoolExecutor(max_workers=max(1, min(len(todo), config.width)))
+        try:
+            futs = {pool.submit(sandbox.evaluate, problem, c["source"], small=config.small, device=self.device,
+                                trials=config.trials, store=self.store, executor=self.executor): c["id"]
+                    for c in todo}
+            for fut in as_completed(futs):
+                result = fut.result()
+                # what a later campaign's reuse compares with (search.find_reusable)
+                result["details"] = {**(result.get("details") or {}), "settings": job_settings}
+                yield futs[fut], result
+        except BaseException:
+            # Ctrl-C: leave the threads waiting on jobs; the executor's shutdown kills their workers
+            # (waiting here held the interrupt for as long as the slowest evaluation took)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+    def tune(self, problem: Problem, cand: dict, deadline: float | None = None) -> dict | None:
+        from kernellab import search
+
+        config = self.config
+        if self.tune_trials <= 0:
+            return None
+        # search.tune returns TuneResult.to_dict() already
+        return search.tune(problem, cand, store=self.store, executor=self.executor, n_trials=self.tune_trials,
+                           seed=config.seed, small=config.small, device=self.device, deadline=deadline,
+                           objective=config.objective)
+
+    def profile(self, problem: Problem, cand: dict, best: dict) -> tuple[list, str | None]:
+        from kernellab import sandbox
+
+        if self.device != "cuda":
+            return [], "no CUDA device: Nsight Compute profiling skipped"
+        small = bool(self.config.small)
+        remote = getattr(self.executor, "profile", None)
+        if remote is not None:  # a cluster: ncu runs on a worker's GPU, held there as a timing holds it
+            rows = remote(problem, cand["source"], config=best.get("config") or None, small=small)
+            return list(rows), getattr(rows, "reason", None)
+        # the GPU to itself for the profiled forward, as a timing has it: no other job's trials run under
+        # the profiler's replays (the profiled process's start-up and warm-up share the GPU)
+        gated = getattr(self.executor, "profiling", None)
+        if gated is not None:
+            with gated(problem, small=small) as gate:
+                rows = sandbox.profile(problem, cand["source"], config=best.get("config") or None, small=small,
+                                       gpu=gate.gpu, gate=gate if gate.gpu is not None else None)
+            return rows, getattr(rows, "reason", None)  # a ProfileResult: its `seconds` go in the profile event
+        exclusive = getattr(self.executor, "exclusive_gpu", None)
+        with exclusive(problem, small=small) if exclusive else contextlib.nullcontext() as gpu:
+            rows = sandbox.profile(problem, cand["source"], config=best.get("config") or None, small=small, gpu=gpu)
+        return list(rows), getattr(rows, "reason", None)
+
+    def reference(self, problem: Problem) -> dict:
+        """The reference's op profile for the planner: the one recorded for this problem (a ``reference``
+        event, so a resume plans alike), else the builtin cost model's of its captured graph (H200
+        shares, also on a CPU whose own op times would say nothing about the GPU)."""
+        if problem.id not in self._references:
+            known = [e["payload"] for e in self.store.events(self.campaign_id, "reference")
+                     if e["payload"].get("problem_id") == problem.id]
+            if known:
+                prof = known[-1].get("profile") or {}
+            else:
+                from kernellab.agents.builtin import modelled
+
+                prof = modelled.reference_profile(problem)
+                self.store.add_event(self.campaign_id, "reference", {"problem_id": problem.id, "profile": prof})
+            self._references[problem.id] = prof
+        return self._references[problem.id]

@@ -1,0 +1,5 @@
+"""``python -m kernellab.cli``: the command line."""
+
+from kernellab.cli._main import main
+
+main()
