@@ -148,6 +148,9 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     if warm is not None:
         warm(device)  # the workers start while the campaign plans and codes
     fresh = [p for pid, p in problems.items() if not store.candidates(camp["id"], pid)]
+    gate = getattr(executor, "profiling", None)  # LocalExecutor.profiling: the Inductor seed shares the GPU as jobs do
+    if gate is not None and device == "cuda" and isinstance(getattr(agents, "inductor", None), dict):
+        agents.inductor = {**agents.inductor, "gate": gate}
     prefetch = getattr(agents, "prefetch", None)  # the builtin agents' Inductor seeds, for problems not begun
     if prefetch is not None:
         prefetch(fresh)

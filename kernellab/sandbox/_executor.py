@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from kernellab.problem import Problem, content_hash
+from kernellab.vocab import VERSION_KEYS, small_for
 
 from ._env import protect_parent, worker_env
 from ._gpu import (
@@ -475,7 +476,7 @@ class LocalExecutor(Executor):
             raise SandboxError(f"device must be 'cpu' or 'cuda', not {job.device!r}")
         if kind == "cuda" and not self._gpus:
             raise SandboxError("device 'cuda' was asked for but no CUDA device is visible")
-        small = job.small if job.small is not None else (kind == "cpu")
+        small = small_for(kind, job.small)
         job = replace(job, device=kind, small=bool(small), limits=job.limits or self.limits)
         fut: cf.Future = cf.Future()
         fut.set_running_or_notify_cancel()
@@ -801,7 +802,7 @@ class LocalExecutor(Executor):
         key = need = bl_fut = None
         if w.kind == "cuda" and job.timing and not job.retime:
             v = w.info["versions"]
-            vkey = {k: v.get(k) for k in ("torch", "cuda", "triton", "driver", "python")}
+            vkey = {k: v.get(k) for k in VERSION_KEYS}  # sort_keys below: the cache keys stay as they were
             # the mode changes what is timed (batch statistics or running ones), so it keys the cache
             key = content_hash(job.problem.id, w.info["device"], json.dumps(vkey, sort_keys=True), str(job.small),
                                job.problem.mode)

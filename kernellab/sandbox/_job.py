@@ -28,7 +28,7 @@ import torch
 
 from kernellab.problem import apply_mode, output_tensors
 from kernellab.small import instance_sizes
-from kernellab.vocab import SEED, ConfigError, apply_config
+from kernellab.vocab import SEED, ConfigError, apply_config, share_wins
 
 from ._check import (
     DISTRIBUTIONS,
@@ -49,7 +49,6 @@ from ._check import (
 from ._gpu import FP_CHUNK, POISON_CAP
 from ._guard import ForwardWatch, StateSnapshot, _reference_classes
 from ._result import (
-    KERNEL_WIN_SHARE,
     Incorrect,
     Rejected,
     classify,
@@ -980,7 +979,7 @@ def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict, call_ms: fl
         r["library_only"] = state["launches"] == 0
         d["own_kernel_launches"] = state["launches"]
         d["own_kernels"] = sorted(w.counter.names)
-        d["kernel_win_eligible"] = not r["library_only"] and r["own_kernel_share"] >= KERNEL_WIN_SHARE
+        d["kernel_win_eligible"] = share_wins(r["library_only"], r["own_kernel_share"])
         return
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -1021,7 +1020,7 @@ def _kernel_share(w: Any, state: dict, model: Any, d: dict, r: dict, call_ms: fl
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:10]
     d["kernels"] = [{"name": k[:120], "us_per_call": v / 3, "own": _is_own(k, own)} for k, v in top]
     d["own_kernels"] = sorted(own)
-    d["kernel_win_eligible"] = not r["library_only"] and r["own_kernel_share"] >= KERNEL_WIN_SHARE
+    d["kernel_win_eligible"] = share_wins(r["library_only"], r["own_kernel_share"])
 
 
 def _busy_check(calls: list, spins: list, fences: list, d: dict) -> None:
