@@ -90,6 +90,8 @@ class Context:
     # children that change one tuning parameter: (problem, tree rows, k) -> proposals, when the
     # planner proposes fewer than k
     variants: Callable[[Problem, list[dict], int], list[Proposal]] | None = None
+    # (problem, candidate row): its evaluation submitted as the code step writes it; evaluate_many collects it
+    start_evaluation: Callable[[Problem, dict], None] | None = None
     progress: Any = None
     fatal: tuple[type[BaseException], ...] = ()
     transient: tuple[type[BaseException], ...] = TRANSIENT
@@ -394,6 +396,13 @@ def code(task: CodeTask, runtime: Runtime[Context], config: RunnableConfig) -> d
         origin=out.origin, model=out.model, action=out.action or prop.idea, language=out.language,
         space=_space_of(out), meta=out.meta)
     ctx.event("code", {"problem_id": pid, "candidate_id": cid, "action": out.action, "idea": prop.idea}, key)
+    if ctx.start_evaluation is not None:  # under way while the step's other tasks (the Inductor seed) still code
+        try:
+            ctx.start_evaluation(problem, ctx.store.get_candidate(cid))
+        except ctx.passthrough:
+            raise
+        except Exception:  # noqa: S110 -- the evaluate step submits it then, and meets the error itself
+            pass
     return {}
 
 

@@ -290,7 +290,8 @@ def _context(store: BaseStore, camp: dict, config: CampaignConfig, problems: dic
 
     steps = _Steps(store, camp["id"], config, executor, device)
     return Context(fatal=fatal, store=store, campaign_id=camp["id"], config=config, problems=problems,
-                   agents=agents, evaluate_many=steps.evaluate_many, select=policy.select,
+                   agents=agents, evaluate_many=steps.evaluate_many, start_evaluation=steps.start_evaluation,
+                   select=policy.select,
                    make_tree=lambda pid: search.Tree(store, camp["id"], pid, objective=config.objective),
                    stop_check=stop_check, tune=steps.tune if steps.tune_trials > 0 else None, profile=steps.profile, reference=steps.reference,
                    model=modelled.model_candidate if device != "cuda" else None,

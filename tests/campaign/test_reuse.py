@@ -146,3 +146,27 @@ def test_cli_reuses_by_default_and_not_with_no_reuse(tmp_path: Path, ex: Countin
         (full,) = store.evaluations(campaign_id=camp["id"], kind="full")
         assert camp["config"]["reuse"] is reused
         assert full["details"].get("reused_from") == (first["id"] if reused else None)
+
+
+def test_the_code_step_submits_each_candidate_as_it_writes_it(tmp_path: Path) -> None:
+    # the evaluate step begins after the whole code step, which waits for the Inductor seed's compile: the builtin
+    # seed's evaluation waited 10.4 s for it in a solo run on the H200. Now the code step submits it, and the
+    # evaluate step collects that job (one job, not two)
+    import traceback
+
+    class Where(CountingExecutor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.callers: list[str] = []
+
+        def submit(self, job):
+            if not job.retime:
+                self.callers.append(next((f.name for f in reversed(traceback.extract_stack())
+                                          if f.name in ("start_evaluation", "evaluate_many", "evaluate")), "?"))
+            return super().submit(job)
+
+    store = Store(tmp_path / "k.db")
+    with Where() as ex:
+        full, jobs = _campaign(store, ex, "early", reuse=False)
+    assert jobs == 1 and ex.callers == ["start_evaluation"], ex.callers
+    assert full["status"] == "correct"
