@@ -1,4 +1,4 @@
-"""GEMM templates (kernellab/agents/builtin/gemm.py) against torch eager (cuBLAS) and torch.compile (default mode).
+"""GEMM templates (kernellab/compiler/kernels/gemm.py) against torch eager (cuBLAS) and torch.compile (default mode).
 
 Cases: plain GEMM 4096^3 in bf16 and fp32 (IEEE, and the opt-in 3-pass TF32 "tf32x3"), linear + bias +
 GELU (bf16), linear + softmax / layernorm / logsumexp at N = 1024..4096 (bf16) and at the shapes of the
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _load_gemm():
-    spec = importlib.util.spec_from_file_location("kl_gemm_templates", ROOT / "kernellab" / "agents" / "builtin" / "gemm.py")
+    spec = importlib.util.spec_from_file_location("kl_gemm_templates", ROOT / "kernellab" / "compiler" / "kernels" / "gemm.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["kl_gemm_templates"] = mod
     spec.loader.exec_module(mod)

@@ -1,4 +1,4 @@
-"""GEMM templates (kernellab/agents/builtin/gemm.py) against PyTorch: odd shapes, batched/not, trans_b/not, every
+"""GEMM templates (kernellab/compiler/kernels/gemm.py) against PyTorch: odd shapes, batched/not, trans_b/not, every
 dtype, every operand kind, every row reduction, split-K and persistent variants. CPU: Triton interpreter
 with tiny tiles so that masks, several tiles per row and the ticket fixups are all exercised."""
 
@@ -11,13 +11,13 @@ import pytest
 import torch
 
 try:
-    import kernellab.agents.builtin.gemm as G
+    import kernellab.compiler.kernels.gemm as G
 except ImportError:  # a GPU host without the package's other dependencies: gemm.py stands alone
     import importlib.util
     import sys
     from pathlib import Path
 
-    _p = Path(__file__).resolve().parents[2] / "kernellab" / "agents" / "builtin" / "gemm.py"
+    _p = Path(__file__).resolve().parents[2] / "kernellab" / "compiler" / "kernels" / "gemm.py"
     _s = importlib.util.spec_from_file_location("kl_gemm_templates", _p)
     G = importlib.util.module_from_spec(_s)
     sys.modules["kl_gemm_templates"] = G

@@ -62,9 +62,8 @@ def _gemm_specs() -> list:
     """A grid over GemmSpec: every layout, dtype, row reduction, split-K, persistence and operand kind."""
     import itertools
 
-    from kernellab.agents.builtin import codegen
+    from kernellab.compiler.kernels import gemm as G
 
-    G = sys.modules[codegen.GemmSpec.__module__]
     ops = (G.Operand("bias", "row"), G.Operand("c", "col"), G.Operand("res", "matrix"), G.Operand("alpha", "scalar"))
     epi = "acc = acc + bias\nacc = acc * alpha + res + c"
     out = []
@@ -89,9 +88,8 @@ def _conv_specs() -> list:
     """A grid over ConvSpec: ranks, strides, groups, transposed, dtypes, precisions, reductions, TF32 modes."""
     import itertools
 
-    from kernellab.agents.builtin import codegen
+    from kernellab.compiler.kernels import conv as C
 
-    C = sys.modules[codegen.ConvSpec.__module__]
     ops = (C.ConvOperand("bias", "tensor"), C.ConvOperand("s", "scalar"))
     out = []
     for dims, strided, groups, transposed, dtype, prec, (red, axis, keep), whole, tf32ref, with_ops in itertools.product(
@@ -127,10 +125,10 @@ def template_hashes() -> dict[str, dict[str, str]]:
     """The GEMM and conv templates called directly on their spec grids: ``{"gemm"|"conv": {spec key: sha256}}``,
     the key the first 16 hex digits of ``repr(spec)``'s sha256 (``spec_of`` finds the spec again); a spec the
     template refuses records its error class."""
-    from kernellab.agents.builtin import codegen
+    from kernellab.compiler.kernels import conv_kernel, gemm_kernel
 
     out: dict[str, dict[str, str]] = {"gemm": {}, "conv": {}}
-    for family, specs, make in (("gemm", _gemm_specs(), codegen.gemm_kernel), ("conv", _conv_specs(), codegen.conv_kernel)):
+    for family, specs, make in (("gemm", _gemm_specs(), gemm_kernel), ("conv", _conv_specs(), conv_kernel)):
         for spec in specs:
             try:
                 ks = make(spec)

@@ -27,6 +27,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernellab.compiler.codegen import (
+    _reads_weight,
+    allow_tf32,
+    auto_split_k,
+    conv_precision,
+    default_precision,
+    tf32x3_ok,
+)
+from kernellab.compiler.cost import SMS, modelled_seconds
+from kernellab.compiler.ir import Graph
+from kernellab.compiler.kernels.loopgen import ONE_PASS_MAX_R, pointwise_defaults, split_reduction_ok
+from kernellab.compiler.partition import Group, partition
 from kernellab.problem import Problem
 
 from .actions import (
@@ -44,11 +56,6 @@ from .actions import (
     State,
 )
 from .build import Built, built
-from .codegen import _reads_weight, allow_tf32, auto_split_k, conv_precision, default_precision, tf32x3_ok
-from .cost import SMS, modelled_seconds
-from .ir import Graph
-from .loopgen import ONE_PASS_MAX_R, pointwise_defaults, split_reduction_ok
-from .partition import Group, partition
 
 __all__ = ["Applicable", "applicable_actions", "modelled_time", "group_shares"]
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ir import Dyn, Graph, Node, Ref
-from .partition import Group
+from ..ir import Dyn, Graph, Node, Ref
+from ..partition import Group
 from .pointwise import BOOL_OPS, emit_pw, literal, round_to
 
 __all__ = ["loop_kernel", "LoopSource", "RUNTIME_HELPERS", "pointwise_defaults", "split_reduction_ok"]

@@ -26,13 +26,13 @@ from typing import Any
 
 import torch
 
-from .conv import ConvOperand, ConvSpec, conv_kernel
-from .gemm import GemmSpec, Operand, gemm_kernel
 from .ir import Dyn, Graph, Node, Ref, Sym
-from .loopgen import RUNTIME_HELPERS, loop_kernel
+from .kernels.conv import ConvOperand, ConvSpec, conv_kernel
+from .kernels.gemm import GemmSpec, Operand, gemm_kernel
+from .kernels.loopgen import RUNTIME_HELPERS, loop_kernel
+from .kernels.pointwise import HELPERS, emit_pw, literal, round_to
+from .kernels.special import special_kernel, torch_expr
 from .partition import Group
-from .pointwise import HELPERS, emit_pw, literal, round_to
-from .special import special_kernel, torch_expr
 
 __all__ = ["generate", "TF32_MIN_TOL", "allow_tf32", "tf32x3_ok", "default_precision", "conv_precision",
            "auto_split_k", "CONV_ON_TF32_REFERENCE"]
