@@ -29,7 +29,8 @@ import torch
 from .ir import Dyn, Graph, Node, Ref, Sym
 from .kernels.conv import ConvOperand, ConvSpec, conv_kernel
 from .kernels.gemm import GemmSpec, Operand, gemm_kernel
-from .kernels.loopgen import RUNTIME_HELPERS, loop_kernel
+from .kernels.loop_launcher import RUNTIME_HELPERS
+from .kernels.loopgen import loop_kernel
 from .kernels.pointwise import HELPERS, emit_pw, literal, round_to
 from .kernels.special import special_kernel, torch_expr
 from .partition import Group
