@@ -1,7 +1,9 @@
 """The kernel families the code generator emits, each a generator of Triton source text: ``gemm.py`` (mm / bmm /
 linear with a fused epilogue or row reduction) and ``conv.py`` (implicit-GEMM convolutions) are templates with named
-holes; ``loopgen.py`` writes pointwise and row-reduction loops over a fusion group; ``special.py`` cumsum, embedding
-and max-pool; ``pointwise.py`` the Triton expression of each pointwise op."""
+holes (their Triton text in ``gemm_template.py`` / ``conv_template.py``, filled by ``template.render``; the GEMM
+launcher in ``gemm_launcher.py``); ``loopgen.py`` writes pointwise and row-reduction loops over a fusion group
+(their launcher in ``loop_launcher.py``); ``special.py`` cumsum, embedding and max-pool; ``pointwise.py`` the
+Triton expression of each pointwise op. Standard library only, except ``loopgen``/``special`` (the graph IR)."""
 
 from __future__ import annotations
 
