@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -142,7 +143,8 @@ def template_hashes() -> dict[str, dict[str, str]]:
 
 def all_hashes(files: list[Path], workers: int = 2) -> dict[str, dict[str, str]]:
     names = [f"{p.parent.name}/{p.stem}" for p in files]
-    with ProcessPoolExecutor(workers) as pool:
+    # spawned, not forked: a fork of a process with threads (pytest's, after other tests) can inherit a held lock
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         return dict(zip(names, pool.map(hashes_of, [str(p) for p in files]), strict=True))
 
 
