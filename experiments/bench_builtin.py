@@ -28,10 +28,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernellab.agents.builtin import BuiltinAgents, build, built, profile_reference, seed  # noqa: E402
-from kernellab.agents.builtin.cost import CEILING_BW, group_costs  # noqa: E402
-
 from kernellab import env, sandbox  # noqa: E402
+from kernellab.agents.builtin import BuiltinAgents, build, built, profile_reference, seed  # noqa: E402
+from kernellab.compiler.cost import CEILING_BW, group_costs  # noqa: E402
 from kernellab.problem import load_problem  # noqa: E402
 
 ROWRED = {p.strip() for p in (ROOT / "experiments" / "suites" / "gemm_rowred.txt").read_text().splitlines()

@@ -1,4 +1,4 @@
-"""GEMM templates (kernellab/agents/builtin/gemm.py) against torch eager (cuBLAS) and torch.compile (default mode).
+"""GEMM templates (kernellab/compiler/kernels/gemm.py) against torch eager (cuBLAS) and torch.compile (default mode).
 
 Cases: plain GEMM 4096^3 in bf16 and fp32 (IEEE, and the opt-in 3-pass TF32 "tf32x3"), linear + bias +
 GELU (bf16), linear + softmax / layernorm / logsumexp at N = 1024..4096 (bf16) and at the shapes of the
@@ -26,6 +26,7 @@ import re
 import subprocess
 import sys
 import traceback
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +41,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _load_gemm():
-    spec = importlib.util.spec_from_file_location("kl_gemm_templates", ROOT / "kernellab" / "agents" / "builtin" / "gemm.py")
+    kernels = ROOT / "kernellab" / "compiler" / "kernels"
+    pkg = types.ModuleType("kl_kernels")
+    pkg.__path__ = [str(kernels)]  # gemm.py's relative imports (template, gemm_launcher) resolve here
+    sys.modules["kl_kernels"] = pkg
+    spec = importlib.util.spec_from_file_location("kl_kernels.gemm", kernels / "gemm.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["kl_gemm_templates"] = mod
+    sys.modules["kl_kernels.gemm"] = mod
     spec.loader.exec_module(mod)
     return mod
 

@@ -6,7 +6,7 @@ without a campaign.
 
 For each problem file: derive its small instance (``kernellab.small``: the file's ``SMALL`` or the
 shrunk size constants; deriving it runs the reference once on the CPU), capture its graph
-(``kernellab/agents/builtin/capture.py``: torch.export on the meta device at full and small size), partition
+(``kernellab/compiler/capture.py``: torch.export on the meta device at full and small size), partition
 and generate the seed (``build``). Per problem the row says whether it was captured (and why not),
 which ops became our own Triton kernels, which ATen ops stay with PyTorch (cuDNN, cuBLAS, ATen:
 "library"), whether a seed source came out, and one line for whatever is unsupported. Outcomes:
@@ -97,7 +97,7 @@ def _where(exc: BaseException) -> str:
     """file:line of the innermost frame inside the builtin (or kernellab), for a bug report."""
     frames = traceback.extract_tb(exc.__traceback__)
     for fr in reversed(frames):
-        if "/agents/builtin/" in fr.filename or "/kernellab/" in fr.filename:
+        if "/kernellab/compiler/" in fr.filename or "/kernellab/" in fr.filename:
             rel = fr.filename.split(str(ROOT) + "/", 1)[-1]
             return f"{rel}:{fr.lineno} ({fr.name})"
     return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
@@ -106,8 +106,7 @@ def _where(exc: BaseException) -> str:
 def analyse(path: Path, level: int | None = None) -> dict[str, Any]:
     """One problem's row (see the module docstring). Never raises for a problem's sake."""
     from kernellab.agents.builtin.build import build, built
-    from kernellab.agents.builtin.capture import CaptureError
-
+    from kernellab.compiler.capture import CaptureError
     from kernellab.problem import ProblemError, load_problem
     from kernellab.small import small_overrides
 
@@ -250,9 +249,8 @@ def pick_sample(rows: list[dict], n: int) -> list[dict]:
 
 def evaluate_seed(path: Path, trials: int) -> dict[str, Any]:
     """The builtin seed judged by the real sandbox on the CPU (interpreter, small size)."""
-    from kernellab.agents.builtin.build import build
-
     from kernellab import sandbox
+    from kernellab.agents.builtin.build import build
     from kernellab.problem import load_problem
 
     problem = load_problem(path, validate_run=False)

@@ -190,7 +190,7 @@ def test_the_graph_sees_the_tree():
                  "kernellab.sandbox._job", "kernellab.agents.builtin.build"):
         assert name in graph
     assert "kernellab.vocab" in graph["kernellab.search._tune"]
-    assert "kernellab.agents.builtin.ir" in graph["kernellab.agents.builtin.build"]
+    assert "kernellab.compiler.ir" in graph["kernellab.agents.builtin.build"]
 
 
 def test_no_module_level_import_circle():
@@ -217,6 +217,29 @@ def test_the_circles_issue_33_named_stay_broken():
     assert not _reaches(graph, "kernellab.campaign", "kernellab.bench")
     assert not _reaches(graph, "kernellab.sandbox._job", "kernellab.sandbox._worker")
     assert "kernellab.small" not in import_graph()["kernellab.problem"]
+
+
+# What the compiler (kernellab/compiler/) stands on: the problem and its small instance, the trace lock. It is a
+# layer below the agents (the builtin agents drive it), so none of its imports, not even one inside a function,
+# names the agents, the campaign, the search, the store, the sandbox or the commands above them.
+COMPILER = "kernellab.compiler"
+COMPILER_MAY_IMPORT = {"kernellab", "kernellab.problem", "kernellab.small", "kernellab._tracing", "kernellab.vocab"}
+
+
+def test_the_compiler_is_a_layer_below_the_agents():
+    everywhere = import_graph(everywhere=True)
+    compiler = [m for m in everywhere if m == COMPILER or m.startswith(COMPILER + ".")]
+    assert f"{COMPILER}.lowering" in compiler and f"{COMPILER}.kernels.gemm" in compiler
+    upward = {m: sorted(t for t in everywhere[m] if not t.startswith(COMPILER) and t not in COMPILER_MAY_IMPORT)
+              for m in compiler}
+    assert not any(upward.values()), f"the compiler imports above its layer: { {m: t for m, t in upward.items() if t} }"
+    module_level = import_graph()
+    for up in ("kernellab.agents", "kernellab.campaign", "kernellab.sandbox", "kernellab.cli", "kernellab.search",
+               "kernellab.store", "kernellab.optimize"):
+        assert not [m for m in compiler if _reaches(module_level, m, up)], up
+    # and the agents stand on it: the builtin's build replays actions through the compiler
+    assert {f"{COMPILER}.capture", f"{COMPILER}.codegen", f"{COMPILER}.partition"} <= module_level[
+        "kernellab.agents.builtin.build"]
 
 
 def test_the_finder_sees_a_circle():

@@ -19,10 +19,10 @@ import tempfile
 from pathlib import Path
 
 import torch
+
 from kernellab.agents.builtin import LibraryGemm, build, built
 from kernellab.agents.builtin.actions import Precision
-from kernellab.agents.builtin.codegen import CONV_ON_TF32_REFERENCE
-
+from kernellab.compiler.codegen import CONV_ON_TF32_REFERENCE
 from kernellab.problem import apply_mode, load_problem
 
 ROOT = Path(__file__).resolve().parents[2]

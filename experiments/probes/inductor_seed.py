@@ -34,9 +34,8 @@ DEFAULT = [
 
 def probe(path: Path, executor, device: str) -> dict:
     from kernellab.agents.builtin.inductor import InductorSeedError, inductor_seed
-    from kernellab.sandbox import EvalJob
-
     from kernellab.problem import load_problem
+    from kernellab.sandbox import EvalJob
 
     row: dict = {"problem": path.name}
     problem = load_problem(path)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from kernellab.agents.builtin import build
-from kernellab.agents.builtin.cost import eager_profile, modelled_ms
-from kernellab.agents.builtin.modelled import config_variants, literal_config, model_candidate
+from kernellab.agents.builtin.modelled import config_variants, literal_config, model_candidate, modelled_ms
 from kernellab.agents.builtin.planner import modelled_time
 from kernellab.campaign import CampaignConfig, run_campaign, start_campaign
+from kernellab.compiler.cost import eager_profile
 from kernellab.problem import load_problem
 from kernellab.search import POLICIES, Tree, read_space, score_of
 from kernellab.store import Store

@@ -11,8 +11,8 @@ import pytest
 from kernellab import sandbox
 from kernellab.agents.builtin import Precision, build, built
 from kernellab.agents.builtin.actions import Fuse, ReductionMode, Split
-from kernellab.agents.builtin.codegen import allow_tf32
 from kernellab.agents.builtin.planner import Applicable, applicable_actions, modelled_time
+from kernellab.compiler.codegen import allow_tf32
 from kernellab.problem import Problem, load_problem
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernellab.agents.builtin import CaptureError, build, capture
-from kernellab.agents.builtin.ir import Dyn, Sym
+from kernellab.agents.builtin import build
+from kernellab.compiler import CaptureError, capture
+from kernellab.compiler.ir import Dyn, Sym
 from kernellab.problem import Problem
 
 HEADS = '''import torch
@@ -92,8 +93,8 @@ def test_uncapturable_model_names_the_reason():
 RACE = r'''
 import sys, threading, torch
 from kernellab.problem import load_problem
-from kernellab.agents.builtin import capture
 from kernellab.agents.builtin.build import graph_of
+from kernellab.compiler import capture
 problem = load_problem(sys.argv[1], validate_run=False)
 call = torch.nn.Module.__call__
 errors = []

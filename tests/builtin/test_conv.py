@@ -14,7 +14,7 @@ import torch
 
 from kernellab import sandbox
 from kernellab.agents.builtin import LibraryGemm, SetConfig, action_from_dict, build, built
-from kernellab.agents.builtin.conv import ConvSpec, conv_kernel
+from kernellab.compiler.kernels.conv import ConvSpec, conv_kernel
 from kernellab.problem import Problem, apply_mode, load_problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -432,7 +432,7 @@ def test_seed_follows_a_tf32_reference_with_cudnns_conv_and_our_epilogue(load, c
     TF32 (a CUDA fp32 tensor under the default flags; here forced, on the CPU), the launcher calls
     torch's conv exactly once, with the reference's arguments, and our kernel runs the epilogue on its
     output (LIBRARY); anywhere else no torch conv runs at all. Both match the reference."""
-    from kernellab.agents.builtin.codegen import CONV_ON_TF32_REFERENCE
+    from kernellab.compiler.codegen import CONV_ON_TF32_REFERENCE
 
     layer, forward, shape, fn = FOLLOW_CASES[case]
     p = _conv_problem(layer, forward, shape)
@@ -582,7 +582,7 @@ def test_kernelbench_conv_on_gpu_full_size(rel):
     share of our kernels that the chosen ``CONV_ON_TF32_REFERENCE`` gives: with "cudnn" the conv is
     cuDNN's and ours is the fused epilogue (> 0, or library-only where there is none); with "tf32rn" the
     conv is ours (> 0.5)."""
-    from kernellab.agents.builtin.codegen import CONV_ON_TF32_REFERENCE
+    from kernellab.compiler.codegen import CONV_ON_TF32_REFERENCE
 
     path = KB_DIR / rel
     if not path.exists():

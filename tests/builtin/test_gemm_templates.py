@@ -1,4 +1,4 @@
-"""GEMM templates (kernellab/agents/builtin/gemm.py) against PyTorch: odd shapes, batched/not, trans_b/not, every
+"""GEMM templates (kernellab/compiler/kernels/gemm.py) against PyTorch: odd shapes, batched/not, trans_b/not, every
 dtype, every operand kind, every row reduction, split-K and persistent variants. CPU: Triton interpreter
 with tiny tiles so that masks, several tiles per row and the ticket fixups are all exercised."""
 
@@ -11,16 +11,19 @@ import pytest
 import torch
 
 try:
-    import kernellab.agents.builtin.gemm as G
-except ImportError:  # a GPU host without the package's other dependencies: gemm.py stands alone
+    import kernellab.compiler.kernels.gemm as G
+except ImportError:  # a GPU host without the package's other dependencies: gemm.py and its siblings stand alone
     import importlib.util
     import sys
     from pathlib import Path
 
-    _p = Path(__file__).resolve().parents[2] / "kernellab" / "agents" / "builtin" / "gemm.py"
-    _s = importlib.util.spec_from_file_location("kl_gemm_templates", _p)
+    _kernels = Path(__file__).resolve().parents[2] / "kernellab" / "compiler" / "kernels"
+    _pkg = types.ModuleType("kl_kernels")
+    _pkg.__path__ = [str(_kernels)]  # gemm.py's relative imports (template, gemm_launcher) resolve here
+    sys.modules["kl_kernels"] = _pkg
+    _s = importlib.util.spec_from_file_location("kl_kernels.gemm", _kernels / "gemm.py")
     G = importlib.util.module_from_spec(_s)
-    sys.modules["kl_gemm_templates"] = G
+    sys.modules["kl_kernels.gemm"] = G
     _s.loader.exec_module(G)
 
 ROW_REDUCTIONS, VECTOR_REDUCTIONS = G.ROW_REDUCTIONS, G.VECTOR_REDUCTIONS
@@ -362,15 +365,16 @@ def test_bad_inputs_have_clear_errors():
 
 # Run in a fresh process: under TRITON_INTERPRET=1 triton.language's own helpers are interpreter functions.
 _AOT = r"""
-import importlib.util, json, sys
+import importlib.util, json, os, sys, types
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
 
 gemm_path, spec_repr, one_tile, tmp = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4]
-ms = importlib.util.spec_from_file_location("kl_gemm", gemm_path)
-G = importlib.util.module_from_spec(ms); sys.modules["kl_gemm"] = G; ms.loader.exec_module(G)
+pkg = types.ModuleType("kl_kernels"); pkg.__path__ = [os.path.dirname(gemm_path)]; sys.modules["kl_kernels"] = pkg
+ms = importlib.util.spec_from_file_location("kl_kernels.gemm", gemm_path)
+G = importlib.util.module_from_spec(ms); sys.modules["kl_kernels.gemm"] = G; ms.loader.exec_module(G)
 spec = eval(spec_repr, {"GemmSpec": G.GemmSpec, "Operand": G.Operand})
 ks = G.gemm_kernel(spec)
 path = f"{tmp}/aot_{spec.name}.py"

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from kernellab import sandbox
-from kernellab.agents.builtin import build, capture
-from kernellab.agents.builtin.ir import Dyn
+from kernellab.agents.builtin import build
+from kernellab.compiler import capture
+from kernellab.compiler.ir import Dyn
 from kernellab.problem import Problem
 
 TRIL = '''import torch

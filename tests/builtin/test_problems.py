@@ -112,7 +112,7 @@ def test_cumulative_average_batchnorm_is_refused_not_miscompiled(tmp_path):
     """momentum=None: BatchNorm's factor is 1 / num_batches_tracked, read from the buffer's value in
     Python; tracing cannot keep that data-dependent value, so the builtin names the reason instead of
     baking the first call's factor into a kernel."""
-    from kernellab.agents.builtin import CaptureError
+    from kernellab.compiler import CaptureError
 
     f = tmp_path / "bn_cumulative.py"
     f.write_text(BN_TRAIN.read_text().replace("torch.nn.BatchNorm2d(channels)",

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kernellab.agents.builtin import ReductionMode, SetConfig, build, built
-from kernellab.agents.builtin.codegen import auto_split_k, default_precision, tf32x3_ok
+from kernellab.compiler.codegen import auto_split_k, default_precision, tf32x3_ok
 from kernellab.problem import Problem
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"

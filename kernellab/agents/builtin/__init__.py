@@ -1,11 +1,10 @@
 """The builtin agents: the offline default backend and the seed generator of LLM campaigns.
 
-capture (``capture.py``: torch.export / make_fx at two sizes) -> lowering to pointwise / reduction /
-GEMM IR (``lower.py``) -> fusion groups (``partition.py``) -> one Triton kernel per group
-(``loopgen.py`` for pointwise and row reductions, ``gemm.py`` templates for GEMMs) in one candidate
-file (``codegen.py``); replayable actions (``actions.py``) make every candidate its parent plus one
-action; the action space with the cost model's expected gains in ``planner.py``; rule-based roles in
-``agents.py``.
+They drive the compiler (``kernellab.compiler``: capture -> lowering -> partition -> Triton codegen):
+replayable actions (``actions.py``) make every candidate its parent plus one action, ``build.py`` replays
+them through the compiler; the action space with the cost model's expected gains in ``planner.py``; the
+modelled times of a CPU campaign in ``modelled.py``; the Inductor seed (torch.compile's own output as a
+candidate) in ``inductor.py``; rule-based roles in ``agents.py``.
 """
 
 from __future__ import annotations
@@ -28,14 +27,10 @@ from .actions import (
 )
 from .agents import BuiltinAgents, candidate_actions, profile_reference, seed
 from .build import build, built, graph_of
-from .capture import CaptureError, capture
-from .codegen import TF32_MIN_TOL, allow_tf32
-from .partition import Group, Options, partition
 from .planner import Applicable, applicable_actions, modelled_time
 
 __all__ = [
-    "BuiltinAgents", "seed", "build", "built", "graph_of", "capture", "CaptureError", "partition", "Group",
-    "Options", "candidate_actions", "profile_reference", "allow_tf32", "TF32_MIN_TOL", "Action", "State",
+    "BuiltinAgents", "seed", "build", "built", "graph_of", "candidate_actions", "profile_reference", "Action", "State",
     "Split", "Fuse", "ToTorch", "LibraryGemm", "KeepRowOut", "ReductionMode", "SplitK", "SplitRows", "Persistent",
     "Precision", "SetConfig", "action_from_dict", "Applicable", "applicable_actions", "modelled_time",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
-from .partition import Options
+from kernellab.compiler.partition import Options
 
 __all__ = ["State", "Action", "Split", "Fuse", "ToTorch", "LibraryGemm", "KeepRowOut", "ReductionMode",
            "SplitK", "SplitRows", "Persistent", "Precision", "SetConfig", "action_from_dict", "ACTIONS"]

@@ -21,6 +21,8 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
+from kernellab.compiler.codegen import allow_tf32, default_precision
+from kernellab.compiler.cost import CEILING_BW, group_costs, peak_flops
 from kernellab.problem import Problem
 
 from ..roles import Analysis, Code, Diagnosis, Proposal
@@ -36,8 +38,6 @@ from .actions import (
     action_from_dict,
 )
 from .build import Built, build, built
-from .codegen import allow_tf32, default_precision
-from .cost import CEILING_BW, group_costs, peak_flops
 from .inductor import ACTION as INDUCTOR_ACTION
 from .inductor import inductor_proposal, inductor_seed
 from .planner import applicable_actions

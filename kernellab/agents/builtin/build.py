@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernellab._tracing import TRACE_LOCK
+from kernellab.compiler.capture import capture
+from kernellab.compiler.codegen import generate
+from kernellab.compiler.ir import Graph
+from kernellab.compiler.partition import Group, partition
 from kernellab.problem import Problem
 
 from ..roles import Code
 from .actions import Action, State, action_from_dict
-from .capture import capture
-from .codegen import generate
-from .ir import Graph
-from .partition import Group, partition
 
 __all__ = ["build", "Built", "built", "graph_of", "as_actions"]
 

@@ -1,6 +1,6 @@
 """The cost model's uses by a campaign where nothing is timed on a GPU, and the reference profile.
 
-- ``model_candidate``: an interpreted (CPU) evaluation's modelled H200 time (``cost.modelled_ms``),
+- ``model_candidate``: an interpreted (CPU) evaluation's modelled H200 time (``modelled_ms``),
   stored in the evaluation's ``details.modelled``; the search tree scores such a node by
   ``eager_ms / ms`` of the model (a surrogate: never reported as a speedup).
 - ``config_variants``: children that change one tuning parameter of a selected node to another of
@@ -16,18 +16,28 @@ import ast
 import math
 from typing import Any
 
+from kernellab.compiler.codegen import allow_tf32
+from kernellab.compiler.cost import Modelled, eager_profile, model_built
 from kernellab.problem import Problem
 
 from ..roles import Proposal
 from .actions import SetConfig
-from .build import built, graph_of
-from .codegen import allow_tf32
-from .cost import eager_profile, model_built
+from .build import build, built, graph_of
 from .planner import modelled_time
 
-__all__ = ["MODEL", "model_candidate", "config_variants", "reference_profile", "literal_config"]
+__all__ = ["MODEL", "model_candidate", "modelled_ms", "config_variants", "reference_profile", "literal_config"]
 
 MODEL = "h200-cost-v2"  # names the model in details.modelled, so that a later model's numbers are told apart
+
+
+def modelled_ms(problem, actions=None, config: dict | None = None) -> Modelled:
+    """The modelled H200 time of the builtin candidate that replays ``actions`` under ``config`` (its
+    nested ``CONFIG``; None: the generated file's own), and of the eager reference."""
+    if config is None:
+        tree = ast.parse(build(problem, actions).source)
+        config = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                       and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in n.targets)), {})
+    return model_built(built(problem, actions), problem.settings(), config)
 
 
 def literal_config(source: str) -> dict:

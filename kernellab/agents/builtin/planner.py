@@ -27,6 +27,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernellab.compiler.codegen import (
+    allow_tf32,
+    auto_split_k,
+    conv_precision,
+    default_precision,
+    reads_weight,
+    tf32x3_ok,
+)
+from kernellab.compiler.cost import SMS, modelled_seconds
+from kernellab.compiler.ir import Graph
+from kernellab.compiler.kernels.loopgen import ONE_PASS_MAX_R, pointwise_defaults, split_reduction_ok
+from kernellab.compiler.partition import Group, partition
 from kernellab.problem import Problem
 
 from .actions import (
@@ -44,11 +56,6 @@ from .actions import (
     State,
 )
 from .build import Built, built
-from .codegen import _reads_weight, allow_tf32, auto_split_k, conv_precision, default_precision, tf32x3_ok
-from .cost import SMS, modelled_seconds
-from .ir import Graph
-from .loopgen import ONE_PASS_MAX_R, pointwise_defaults, split_reduction_ok
-from .partition import Group, partition
 
 __all__ = ["Applicable", "applicable_actions", "modelled_time", "group_shares"]
 
@@ -206,7 +213,7 @@ def _gemm_actions(problem: Problem, b: Built, grp: Group) -> list[Action]:
     if dtype == "float32":
         prec = variant.get("fp32_precision") or default_precision(b.graph, grp, st)
         allowed = ["ieee"]
-        if tf32x3_ok(dtype, st["atol"], st["rtol"], k, _reads_weight(b.graph, gnode)):
+        if tf32x3_ok(dtype, st["atol"], st["rtol"], k, reads_weight(b.graph, gnode)):
             allowed.append("tf32x3")
         if allow_tf32(dtype, st["atol"], st["rtol"]):
             allowed.append("tf32")
@@ -238,7 +245,7 @@ def _conv_precisions(problem: Problem, b: Built, grp: Group, device: str | None 
     w = b.graph.node(cnode.args[1].name).shape or (1, 1)
     k = (w[0] // max(1, cnode.attrs["groups"] or 1) if cnode.attrs["transposed"] else w[1]) * math.prod(w[2:])
     allowed = ["ieee"] if device == "cpu" else ["tf32rn", "ieee"]
-    if tf32x3_ok(dtype, st["atol"], st["rtol"], int(k), _reads_weight(b.graph, cnode)):
+    if tf32x3_ok(dtype, st["atol"], st["rtol"], int(k), reads_weight(b.graph, cnode)):
         allowed.insert(1, "tf32x3")
     if allow_tf32(dtype, st["atol"], st["rtol"]):
         allowed.append("tf32")

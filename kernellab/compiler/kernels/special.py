@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import Graph, Node
-from .partition import Group
+from ..ir import Graph, Node
+from ..partition import Group
 
 __all__ = ["special_kernel", "SpecialSource", "SPECIAL_OPS", "torch_expr"]
 

@@ -28,7 +28,7 @@ from kernellab.problem import Problem, apply_mode, cast_inputs, torch_dtype
 from kernellab.small import small_or_empty
 
 from .ir import FLOAT_DTYPES, Dyn, Graph, Node, Ref, Sym
-from .lower import VIEW_OPS, lower_node
+from .lowering import VIEW_OPS, lower_node
 
 __all__ = ["capture", "CaptureError"]
 
@@ -162,7 +162,7 @@ _CONST_COPIES = ("clone.default", "lift_fresh_copy.default", "detach.default", "
 def _scalar_ok(op: str) -> bool:
     """Whether lower.py's lowering of ``op`` takes a Python number where a tensor operand was
     (binary ops, add/sub, where, clamp)."""
-    from .lower import _BINARY
+    from .lowering import _BINARY
 
     return op in _BINARY or op in ("add.Tensor", "sub.Tensor", "rsub.Tensor", "where.self", "clamp.Tensor",
                                    "clamp_min.Tensor", "clamp_max.Tensor")

@@ -43,7 +43,9 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
+from . import conv_template as T
 from .gemm import KernelSource
+from .template import indent, render, stmts
 
 __all__ = ["ConvSpec", "ConvOperand", "conv_kernel", "CONV_OPERAND_KINDS", "REDUCTIONS", "TF32_REFERENCE_MODES"]
 
@@ -141,15 +143,6 @@ def _check(spec: ConvSpec) -> None:
         raise ValueError(f"{where}: epilogue is not valid Python: {e}") from None
 
 
-def _stmts(text: str) -> list[str]:
-    return [ln.rstrip() for ln in textwrap.dedent(text).strip("\n").splitlines() if ln.strip()]
-
-
-def _indent(lines: list[str], n: int) -> list[str]:
-    pad = " " * (4 * n)
-    return [pad + ln if ln else ln for ln in lines]
-
-
 def default_config(spec: ConvSpec) -> dict[str, Any]:
     # 128 pixels x 64 channels x 32 taps: Cout of the KernelBench convs is 16-128, and K = Cin*taps is
     # often < 100, so wider channel tiles or deeper K steps would mostly be masked
@@ -171,11 +164,11 @@ def space(spec: ConvSpec) -> dict[str, list]:
 def _kernel_src(spec: ConvSpec) -> str:
     name = spec.name
     kname, epi_fn = f"{name}_kernel", f"_{name}_epilogue"
-    has_epi = bool(_stmts(spec.epilogue))
+    has_epi = bool(stmts(spec.epilogue))
     helpers: list[str] = []
     if has_epi:
         helpers = ["@triton.jit", f"def {epi_fn}({', '.join(['acc', 'mask_n', *[o.name for o in spec.operands]])}):",
-                   *_indent(_stmts(spec.epilogue), 1), "    return acc", ""]
+                   *indent(stmts(spec.epilogue), 1), "    return acc", ""]
     red = spec.reduction if spec.red_axis == "spatial" else None
     cred = spec.reduction if spec.red_axis == "channel" else None
     params = ["x_ptr", "w_ptr", "out_ptr"]
@@ -201,149 +194,32 @@ def _kernel_src(spec: ConvSpec) -> str:
         # operands the way cuDNN does before the tensor cores see them
         dot = ["if TF32RN:", f'    acc = tl.dot({rna}(a), {rna}(b), acc, input_precision="tf32")', "else:",
                f'    acc = tl.dot(a, b, acc, input_precision="{"tf32" if prec == "tf32rn" else prec}")']
-        helpers += ["@triton.jit", f"def {rna}(x):",
-                    "    # fp32 -> TF32 (10 mantissa bits), round to nearest, ties away from zero (cvt.rna.tf32.f32):",
-                    "    # add half an ulp of TF32 to the magnitude bits, then clear the 13 low bits; NaN kept as it is",
-                    "    u = x.to(tl.int32, bitcast=True)",
-                    "    r = ((u + 0x1000) & -8192).to(tl.float32, bitcast=True)",
-                    "    return tl.where(x != x, x, r)", ""]
+        helpers += render(T.TF32_RNA, NAME=rna)
     else:
         dot = ["acc = tl.dot(a, b, acc)"]
 
     subpix = _subpixel(spec)
-    # sub-pixel transposed conv: program_id(2) is the output's phase (o mod s per dim); in one phase the
-    # valid taps are k = k0 + s*t, so no tap is visited in vain, and the input pixel is j - t + const
-    phase = [
-        "cls = tl.program_id(2)",
-        "rw = cls % SW",
-        "rh = (cls // SW) % SH",
-        "rd = cls // (SW * SH)",
-        "QD = tl.maximum(tl.cdiv(OD - rd, SD), 0)",
-        "QH = tl.maximum(tl.cdiv(OH - rh, SH), 0)",
-        "QW = tl.maximum(tl.cdiv(OW - rw, SW), 0)",
-        "M = NB * QD * QH * QW",
-    ]
-    body = [
-        "pid = tl.program_id(0)",
-        "g = tl.program_id(1)",
-        *(phase if subpix else ["M = NB * OD * OH * OW"]),
-        "S = OD * OH * OW",
-        *(["# reduced over the pixels of one sample: a pixel block never spans two samples",
-           "TPS = tl.cdiv(S, BLOCK_M)", "num_pid_m = NB * TPS"] if red else ["num_pid_m = tl.cdiv(M, BLOCK_M)"]),
-        "num_pid_n = tl.cdiv(COUT_G, BLOCK_N)",
-        "# grouped ordering: GROUP_M pixel blocks sweep the channel blocks together (weight reuse in L2)",
-        "group_span = GROUP_M * num_pid_n",
-        "first_m = (pid // group_span) * GROUP_M",
-        # (sub-pixel: the grid covers the largest phase, so a program may lie past its own phase's tiles:
-        # its rows are all masked, and group_rows must stay >= 1)
-        "group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)" if not subpix else
-        "group_rows = tl.maximum(tl.minimum(num_pid_m - first_m, GROUP_M), 1)",
-        "pid_m = first_m + (pid % group_span) % group_rows",
-        "pid_n = (pid % group_span) // group_rows",
-        *(["sp_t = pid_m % TPS", "sp_m = sp_t * BLOCK_M + tl.arange(0, BLOCK_M)",
-           "offs_m = (pid_m // TPS) * S + sp_m", "mask_m = sp_m < S"] if red else
-          ["offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "mask_m = offs_m < M"]),
-        *(["# a program past its phase's tiles aliases a real tile with pid_n out of range: it must store",
-           "# nothing (a per-pixel store of a channel reduction would otherwise see only masked channels)",
-           "mask_m = mask_m & (pid < num_pid_m * num_pid_n)"] if subpix else []),
-        "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-        "mask_n = offs_n < COUT_G",
-        *(["ow = rw + SW * (offs_m % QW)", "t = offs_m // QW", "oh = rh + SH * (t % QH)", "t = t // QH",
-           "od = rd + SD * (t % QD)", "nb = t // QD"] if subpix else
-          ["ow = offs_m % OW", "t = offs_m // OW", "oh = t % OH", "t = t // OH", "od = t % OD", "nb = t // OD"]),
-        "if BIG:",
-        "    nb = nb.to(tl.int64)",
-        "x_base = nb * sxn + (g * CIN_G) * sxc",
-        "co = g * COUT_G + offs_n",
-        *(["kd0 = (rd + PD) % SD", "kh0 = (rh + PH) % SH", "kw0 = (rw + PW) % SW",
-           "TD = tl.maximum(tl.cdiv(KD - kd0, SD), 0)", "TH = tl.maximum(tl.cdiv(KH - kh0, SH), 0)",
-           "TW = tl.maximum(tl.cdiv(KW - kw0, SW), 0)", "KTOT = CIN_G * TD * TH * TW"] if subpix else
-          ["KTOT = CIN_G * KD * KH * KW"]),
-        "if LIBRARY:",
-        "    # cuDNN ran the conv (the launcher passes its output as x, with its strides): load it",
-        "    y_off = (nb * sxn + od * sxd + oh * sxh + ow * sxw)[:, None] + co[None, :] * sxc",
-        "    acc = tl.load(x_ptr + y_off, mask=mask_m[:, None] & mask_n[None, :], other=0.0).to(tl.float32)",
-        "else:",
-        "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-        "    for k0 in range(0, KTOT, BLOCK_K):",
-        "        offs_k = k0 + tl.arange(0, BLOCK_K)",
-        "        mask_k = offs_k < KTOT",
-        *(["        kw = kw0 + SW * (offs_k % TW)", "        tk = offs_k // TW", "        kh = kh0 + SH * (tk % TH)",
-           "        tk = tk // TH", "        kd = kd0 + SD * (tk % TD)", "        ci = tk // TD",
-           "        # o + p - k is a multiple of s by the choice of k (exact division, negative or not)",
-           "        idd = (od[:, None] + PD - kd[None, :]) // SD",
-           "        ih = (oh[:, None] + PH - kh[None, :]) // SH",
-           "        iw = (ow[:, None] + PW - kw[None, :]) // SW",
-           "        ok = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
-           "        w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1"] if subpix else
-          ["        kw = offs_k % KW", "        tk = offs_k // KW", "        kh = tk % KH", "        tk = tk // KH", "        kd = tk % KD",
-           "        ci = tk // KD"]),
-        "        if SUBPIX:",
-        "            pass",
-        "        elif TRANSPOSED:",
-        "            # the input pixel a tap reads: (o + p - k*d) / s, where that is a whole number in range",
-        "            td = od[:, None] + PD - kd[None, :] * DD",
-        "            th = oh[:, None] + PH - kh[None, :] * DH",
-        "            tw = ow[:, None] + PW - kw[None, :] * DW",
-        "            ok = (td >= 0) & (th >= 0) & (tw >= 0)",
-        "            td = tl.where(ok, td, 0)",
-        "            th = tl.where(ok, th, 0)",
-        "            tw = tl.where(ok, tw, 0)",
-        "            ok = ok & (td % SD == 0) & (th % SH == 0) & (tw % SW == 0)",
-        "            idd = td // SD",
-        "            ih = th // SH",
-        "            iw = tw // SW",
-        "            ok = ok & (idd < ID) & (ih < IH) & (iw < IW)",
-        "            w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1",
-        "        else:",
-        "            idd = od[:, None] * SD - PD + kd[None, :] * DD",
-        "            ih = oh[:, None] * SH - PH + kh[None, :] * DH",
-        "            iw = ow[:, None] * SW - PW + kw[None, :] * DW",
-        "            ok = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
-        "            w_off = co[None, :] * sw0 + ci[:, None] * sw1",
-        "        w_off = w_off + (kd * swd + kh * swh + kw * sww)[:, None]",
-        "        x_off = x_base[:, None] + ci[None, :] * sxc + idd * sxd + ih * sxh + iw * sxw",
-        "        a = tl.load(x_ptr + x_off, mask=mask_m[:, None] & mask_k[None, :] & ok, other=0.0)",
-        "        b = tl.load(w_ptr + w_off, mask=mask_k[:, None] & mask_n[None, :], other=0.0)",
-        "        if USE_DOT:",
-        "            if UPCAST:  # the interpreter's bf16 dot multiplies raw bits; a bf16 product is exact in fp32",
-        '                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")',
-        "            else:",
-        *_indent(dot, 4),
-        "        else:",
-        "            # channel blocks narrower than a dot tile (depthwise): outer products, exact fp32 FMAs",
-        "            acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)",
-        "# epilogue operands: broadcast views of the output shape, indexed by (n, c, d, h, w) strides",
-    ]
-    epi_args = []
+    loads, epi_args = [], []
     for op in spec.operands:
         n = op.name
         if op.kind == "scalar":
             epi_args.append(f"v_{n}")
             continue
-        body += [
+        loads += [
             f"m_{n} = nb * s_{n}_0 + od * s_{n}_2 + oh * s_{n}_3 + ow * s_{n}_4",
             f"o_{n} = tl.load(p_{n} + m_{n}[:, None] + co[None, :] * s_{n}_1, "
             "mask=mask_m[:, None] & mask_n[None, :], other=0.0).to(tl.float32)",
         ]
         epi_args.append(f"o_{n}")
-    if has_epi:
-        body.append(f"acc = {epi_fn}({', '.join(['acc', 'mask_n', *epi_args])})")
+    epilogue = [f"acc = {epi_fn}({', '.join(['acc', 'mask_n', *epi_args])})"] if has_epi else []
     if red:
-        # this block's partial per channel -> ws[sample, block, channel]; the finishing kernel combines
-        # the blocks of a sample in a fixed order (deterministic, no atomics)
         if red in ("sum", "mean"):
             part = "tl.sum(tl.where(mask_m[:, None], acc, 0.0), 0)"
         else:
             fill = 'float("-inf")' if red == "amax" else 'float("inf")'
             part = f"tl.{'max' if red == 'amax' else 'min'}(tl.where(mask_m[:, None], acc, {fill}), 0)"
-        body += [
-            f"part = {part}",
-            "ws_off = ((pid_m // TPS) * TPS + sp_t).to(tl.int64) * COUT + co",
-            "tl.store(ws_ptr + ws_off, part, mask=mask_n)",
-        ]
+        store = render(T.STORE_POOLED, PART=part)
     elif cred:
-        # every channel is in this tile (BLOCK_N >= COUT): reduce the row in registers, store [N, S]
         if cred == "first":
             row = "tl.sum(tl.where((tl.arange(0, BLOCK_N) == 0)[None, :], tl.broadcast_to(acc, (BLOCK_M, BLOCK_N)), 0.0), 1)"
         elif cred in ("sum", "mean"):
@@ -351,18 +227,32 @@ def _kernel_src(spec: ConvSpec) -> str:
         else:
             fill = 'float("-inf")' if cred == "amax" else 'float("inf")'
             row = f"tl.{'max' if cred == 'amax' else 'min'}(tl.where(mask_n[None, :], acc, {fill}), 1)"
-        body += [
-            f"row = {row}",
-            "tl.store(out_ptr + nb * S + (od * OH + oh) * OW + ow, row.to(out_ptr.dtype.element_ty), mask=mask_m)",
-        ]
+        store = render(T.STORE_CHANNEL_REDUCED, ROW=row)
     else:
-        body += [
-            "sp = (od * OH + oh) * OW + ow",
-            "out_off = (nb * COUT * S + sp)[:, None] + co[None, :] * S",
-            "tl.store(out_ptr + out_off, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])",
-        ]
-    head = ["@triton.jit", f"def {kname}(", *_indent([p + "," for p in params], 1), "):"]
-    text = "\n".join(helpers + head + _indent(body, 1)) + "\n"
+        store = render(T.STORE_OUTPUT)
+    lines = render(
+        T.KERNEL, HELPERS=helpers, KERNEL=kname, PARAMS=[p + "," for p in params],
+        GEMM_ROWS=T.SUBPIXEL_PHASE if subpix else ["M = NB * OD * OH * OW"],
+        PIXEL_BLOCKS=["# reduced over the pixels of one sample: a pixel block never spans two samples",
+                      "TPS = tl.cdiv(S, BLOCK_M)", "num_pid_m = NB * TPS"] if red else ["num_pid_m = tl.cdiv(M, BLOCK_M)"],
+        # (sub-pixel: the grid covers the largest phase, so a program may lie past its own phase's tiles:
+        # its rows are all masked, and group_rows must stay >= 1)
+        GROUP_ROWS=["group_rows = tl.maximum(tl.minimum(num_pid_m - first_m, GROUP_M), 1)"] if subpix else
+        ["group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)"],
+        OFFS_M=["sp_t = pid_m % TPS", "sp_m = sp_t * BLOCK_M + tl.arange(0, BLOCK_M)",
+                "offs_m = (pid_m // TPS) * S + sp_m", "mask_m = sp_m < S"] if red else
+        ["offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "mask_m = offs_m < M"],
+        MASK_PHASE=["# a program past its phase's tiles aliases a real tile with pid_n out of range: it must store",
+                    "# nothing (a per-pixel store of a channel reduction would otherwise see only masked channels)",
+                    "mask_m = mask_m & (pid < num_pid_m * num_pid_n)"] if subpix else [],
+        PIXEL_COORDS=T.SUBPIXEL_PIXELS if subpix else T.PIXELS,
+        TAP_COUNT=["kd0 = (rd + PD) % SD", "kh0 = (rh + PH) % SH", "kw0 = (rw + PW) % SW",
+                   "TD = tl.maximum(tl.cdiv(KD - kd0, SD), 0)", "TH = tl.maximum(tl.cdiv(KH - kh0, SH), 0)",
+                   "TW = tl.maximum(tl.cdiv(KW - kw0, SW), 0)", "KTOT = CIN_G * TD * TH * TW"] if subpix else
+        ["KTOT = CIN_G * KD * KH * KW"],
+        TAP_COORDS=T.SUBPIXEL_TAPS if subpix else T.TAPS,
+        DOT=dot, LOAD_OPERANDS=loads, EPILOGUE=epilogue, STORE=store)
+    text = "\n".join(lines) + "\n"
     if red:
         text += "\n\n" + _finish_src(spec)
     return text
@@ -383,24 +273,8 @@ def _finish_src(spec: ConvSpec) -> str:
         init = other = 'float("-inf")' if red == "amax" else 'float("inf")'
         op = "maximum" if red == "amax" else "minimum"
         comb, fold = f"r = tl.{op}(r, v)", f"tl.{'max' if red == 'amax' else 'min'}(r, 0)"
-    scale = ["r = r / S"] if red == "mean" else []
-    return "\n".join([
-        "@triton.jit",
-        f"def {spec.name}_finish(ws_ptr, out_ptr, COUT, TPS, S, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):",
-        "    nb = tl.program_id(0).to(tl.int64)",
-        "    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)",
-        "    mask_c = c < COUT",
-        f"    r = tl.full((BLOCK_T, BLOCK_C), {init}, tl.float32)",
-        "    for t0 in range(0, TPS, BLOCK_T):",
-        "        t = t0 + tl.arange(0, BLOCK_T)",
-        "        v = tl.load(ws_ptr + (nb * TPS + t)[:, None] * COUT + c[None, :], "
-        f"mask=(t < TPS)[:, None] & mask_c[None, :], other={other})",
-        f"        {comb}",
-        f"    r = {fold}",
-        *_indent(scale, 1),
-        "    tl.store(out_ptr + nb * COUT + c, r.to(out_ptr.dtype.element_ty), mask=mask_c)",
-        "",
-    ])
+    return "\n".join(render(T.FINISH, NAME=spec.name, INIT=init, OTHER=other, COMBINE=[comb], FOLD=fold,
+                            SCALE=["r = r / S"] if red == "mean" else [])) + "\n"
 
 
 TF32_FLAGS_SRC = '''def _tf32_conv_reference(x):
@@ -434,7 +308,7 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         f"def launch_{name}(x, w, *extra, config=None):",
         f'    """{name}: {kind}{nd}d(stride={spec.stride}, padding={spec.padding}, dilation={spec.dilation}, '
         f'groups={spec.groups}{", output_padding=" + str(spec.output_padding) if spec.transposed else ""})'
-        f'{" + epilogue" if _stmts(spec.epilogue) else ""}."""',
+        f'{" + epilogue" if stmts(spec.epilogue) else ""}."""',
         f"    cfg = {{**{config!r}, **(config or {{}})}}",
         f"    if len(extra) != {len(spec.operands)}:",
         f'        raise TypeError(f"launch_{name}: expected {len(spec.operands)} extra operand(s), got {{len(extra)}}")',
@@ -490,7 +364,7 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
             "        # kernel below then runs the epilogue on its output",
             f"        y = {conv}",
         ]
-        if not _stmts(spec.epilogue) and not spec.reduction:
+        if not stmts(spec.epilogue) and not spec.reduction:
             L.append("        return y  # nothing to fuse")
         L.append("        y5 = y.reshape(oshape)")
     sred = spec.reduction if spec.red_axis == "spatial" else None

@@ -26,15 +26,16 @@ from typing import Any
 
 import torch
 
-from .conv import ConvOperand, ConvSpec, conv_kernel
-from .gemm import GemmSpec, Operand, gemm_kernel
 from .ir import Dyn, Graph, Node, Ref, Sym
-from .loopgen import RUNTIME_HELPERS, loop_kernel
+from .kernels.conv import ConvOperand, ConvSpec, conv_kernel
+from .kernels.gemm import GemmSpec, Operand, gemm_kernel
+from .kernels.loop_launcher import RUNTIME_HELPERS
+from .kernels.loopgen import loop_kernel
+from .kernels.pointwise import HELPERS, emit_pw, literal, round_to
+from .kernels.special import special_kernel, torch_expr
 from .partition import Group
-from .pointwise import HELPERS, emit_pw, literal, round_to
-from .special import special_kernel, torch_expr
 
-__all__ = ["generate", "TF32_MIN_TOL", "allow_tf32", "tf32x3_ok", "default_precision", "conv_precision",
+__all__ = ["generate", "TF32_MIN_TOL", "allow_tf32", "tf32x3_ok", "reads_weight", "default_precision", "conv_precision",
            "auto_split_k", "CONV_ON_TF32_REFERENCE"]
 
 TF32_MIN_TOL = 1e-2
@@ -76,7 +77,7 @@ def tf32x3_ok(dtype: str, atol: float, rtol: float, k: int, reads_weight: bool) 
     return TF32X3_ERR_PER_SQRT_K * math.sqrt(max(k, 1)) <= atol / TF32X3_SAFETY
 
 
-def _reads_weight(graph: Graph, gnode: Node) -> bool:
+def reads_weight(graph: Graph, gnode: Node) -> bool:
     for a in gnode.args[:2]:
         n = graph.node(a.name) if isinstance(a, Ref) else None
         while n is not None and n.kind == "view" and n.args and isinstance(n.args[0], Ref):
@@ -97,7 +98,7 @@ def default_precision(graph: Graph, grp: Group, settings: dict) -> str | None:
     if allow_tf32(dtype, settings["atol"], settings["rtol"]):
         return "tf32"
     k = graph.node(gnode.args[0].name).shape[-1]
-    if tf32x3_ok(dtype, settings["atol"], settings["rtol"], int(k), _reads_weight(graph, gnode)):
+    if tf32x3_ok(dtype, settings["atol"], settings["rtol"], int(k), reads_weight(graph, gnode)):
         return "tf32x3"
     return "ieee"
 
@@ -318,7 +319,7 @@ def conv_precision(graph: Graph, grp: Group, settings: dict) -> str:
         return "tf32"
     w = graph.node(cnode.args[1].name).shape or (1, 1)
     k = (w[0] // cnode.attrs["groups"] if cnode.attrs["transposed"] else w[1]) * math.prod(w[2:])
-    return "tf32x3" if tf32x3_ok(dtype, settings["atol"], settings["rtol"], int(k), _reads_weight(graph, cnode)) \
+    return "tf32x3" if tf32x3_ok(dtype, settings["atol"], settings["rtol"], int(k), reads_weight(graph, cnode)) \
         else "ieee"
 
 

@@ -36,6 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import gemm_template as T
+from .gemm_launcher import launcher_src
+from .template import indent, render, stmts
+
 __all__ = [
     "Operand",
     "GemmSpec",
@@ -160,17 +164,8 @@ def _check(spec: GemmSpec) -> None:
 # ----------------------------------------------------------------------------------------- helpers
 
 
-def _indent(lines: list[str], n: int) -> list[str]:
-    pad = " " * (4 * n)
-    return [pad + ln if ln else ln for ln in lines]
-
-
-def _stmts(text: str) -> list[str]:
-    return [ln.rstrip() for ln in textwrap.dedent(text).strip("\n").splitlines() if ln.strip()]
-
-
 def _helper(fn: str, params: list[str], body: str) -> list[str]:
-    return ["@triton.jit", f"def {fn}({', '.join(params)}):", *_indent(_stmts(body), 1), "    return acc", ""]
+    return ["@triton.jit", f"def {fn}({', '.join(params)}):", *indent(stmts(body), 1), "    return acc", ""]
 
 
 def _load_ops(spec: GemmSpec, offs_n: str, mask_n: str, sfx: str = "") -> list[str]:
@@ -372,12 +367,13 @@ def _normalize(spec: GemmSpec) -> list[str]:
 
 
 def _kernel_src(spec: GemmSpec) -> str:
+    """The kernel: ``gemm_template.KERNEL`` with its holes filled for ``spec``."""
     name = spec.name
     r = spec.row_reduction
     vector = r in VECTOR_REDUCTIONS
     two_stats = r in ("softmax", "log_softmax", "logsumexp", "layernorm")
     epi_fn, repi_fn, kname = f"_{name}_epilogue", f"_{name}_row_epilogue", f"{name}_kernel"
-    has_epi, has_repi = bool(_stmts(spec.epilogue)), bool(_stmts(spec.row_epilogue))
+    has_epi, has_repi = bool(stmts(spec.epilogue)), bool(stmts(spec.row_epilogue))
 
     helpers: list[str] = []
     op_params = [op.name for op in spec.operands]
@@ -423,319 +419,37 @@ def _kernel_src(spec: GemmSpec) -> str:
     else:
         dot = ["acc = tl.dot(a, b, acc)"]
 
-    # ---- one work item: (batch, split, tile) -> accumulator
-    body = [
-        "pid_b = w // (tiles * SPLIT_K)",
-        "rem = w - pid_b * (tiles * SPLIT_K)",
-        "pid_k = rem // tiles",
-        "t = rem - pid_k * tiles",
-        "# grouped ordering: GROUP_M row blocks sweep the columns together, so B tiles are reused from L2",
-        "group_span = GROUP_M * num_pid_n",
-        "first_m = (t // group_span) * GROUP_M",
-        "group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)",
-        "pid_m = first_m + (t % group_span) % group_rows",
-        "pid_n = (t % group_span) // group_rows",
-        "pid_b64 = pid_b.to(tl.int64)",
-        "offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
-        "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-        "mask_m = offs_m < M",
-        "mask_n = offs_n < N",
-        "# clamped indices keep the K loop free of M/N masks; the hints let loads vectorise",
-        "offs_am = tl.max_contiguous(tl.multiple_of(tl.where(mask_m, offs_m, 0), BLOCK_M), BLOCK_M)",
-        "offs_bn = tl.max_contiguous(tl.multiple_of(tl.where(mask_n, offs_n, 0), BLOCK_N), BLOCK_N)",
-        "offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)",
-        "a_ptrs = a_ptr + pid_b64 * stride_ab + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak",
-        "b_ptrs = b_ptr + pid_b64 * stride_bb + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn",
-        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-        "for kt in range(pid_k, tl.cdiv(K, BLOCK_K), SPLIT_K):",
-        "    if EVEN_K:",
-        "        a = tl.load(a_ptrs)",
-        "        b = tl.load(b_ptrs)",
-        "    else:",
-        "        k_left = K - kt * BLOCK_K",
-        "        a = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)",
-        "        b = tl.load(b_ptrs, mask=tl.arange(0, BLOCK_K)[:, None] < k_left, other=0.0)",
-        *_indent(dot, 1),
-        "    a_ptrs += (BLOCK_K * SPLIT_K) * stride_ak",
-        "    b_ptrs += (BLOCK_K * SPLIT_K) * stride_bk",
-    ]
-    out_tile = "out_ptr + pid_b64 * stride_ob + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on"
-    store_tile = f"tl.store({out_tile}, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])"
     epi = [_call(epi_fn, "acc", _op_args(spec))] if has_epi else []
-
+    loads = _load_ops(spec, "offs_n", "mask_n")
     if r is None:
-        finish_direct = [*_load_ops(spec, "offs_n", "mask_n"), *epi, store_tile]
-        # split-K: partials to the workspace, the last split of a tile sums them in a fixed order
-        finish_split = [
-            "tile_id = pid_b * tiles + t",
-            "tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]",
-            "ws_tile = ws_ptr + tile_id.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)",
-            "tl.store(ws_tile + pid_k * (BLOCK_M * BLOCK_N) + tile_offs, acc)",
-            "# every thread's partial is written before the ticket (release); the last one reads through L2",
-            "tl.debug_barrier()",
-            'ticket = tl.atomic_add(cnt_ptr + tile_id, 1, sem="acq_rel")',
-            "if ticket == SPLIT_K - 1:",
-            "    tl.atomic_xchg(cnt_ptr + tile_id, 0)",
-            "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-            "    for s in tl.static_range(SPLIT_K):",
-            '        acc += tl.load(ws_tile + s * (BLOCK_M * BLOCK_N) + tile_offs, cache_modifier=".cg")',
-            *_indent([*_load_ops(spec, "offs_n", "mask_n"), *epi, store_tile], 1),
-        ]
-        finish = [
-            "if SPLIT_K == 1:",
-            *_indent(finish_direct, 1),
-            "else:",
-            *_indent(finish_split, 1),
-        ]
+        finish = render(T.FINISH_TILE, LOAD_OPERANDS=loads, EPILOGUE=epi)
     else:
         if vector:
             repi_one = [_call(repi_fn, "vec", _op_args(spec, vector=True))] if has_repi else []
-            store_vec = (
-                "tl.store(out_ptr + pid_b64 * stride_ob + offs_m * stride_om, "
-                "vec.to(out_ptr.dtype.element_ty), mask=mask_m)"
-            )
-            one = [*_reduce_one_tile(spec), *repi_one, store_vec]
+            one = [*_reduce_one_tile(spec), *repi_one, T.STORE_VECTOR]
+            vec_of = {"logsumexp": "lse", "sum": "r0", "max": "r0"}[r]
+            write_rows = render(T.WRITE_VECTOR, VEC=vec_of, ROW_EPILOGUE=repi_one)
         else:
             repi_one = [_call(repi_fn, "acc", _op_args(spec))] if has_repi else []
-            one = [*_reduce_one_tile(spec), *repi_one, store_tile]
-        init0 = 'float("-inf")' if r == "max" else "0.0"  # masked rows only: keeps them finite
-        multi = [
-            *_tile_stats(r),
-            *([store_tile] if not vector else []),  # the raw row values, normalised by the last tile
-            "row_ws = ws_ptr + (pid_b64 * M + offs_m) * num_pid_n",
-            "ws_plane = B * M * num_pid_n",
-            "tl.store(row_ws + pid_n, st0, mask=mask_m)",
-            *(["tl.store(row_ws + ws_plane + pid_n, st1, mask=mask_m)"] if two_stats else []),
-            "# every thread's stores land before the ticket (release); the last tile reads through L2",
-            "tl.debug_barrier()",
-            "blk = pid_b * num_pid_m + pid_m",
-            'ticket = tl.atomic_add(cnt_ptr + blk, 1, sem="acq_rel")',
-            "if ticket == num_pid_n - 1:",
-            "    tl.atomic_xchg(cnt_ptr + blk, 0)",
-            f'    r0 = tl.load(row_ws, mask=mask_m, other={init0}, cache_modifier=".cg")',
-            *(['    r1 = tl.load(row_ws + ws_plane, mask=mask_m, other=1.0, cache_modifier=".cg")'] if two_stats else []),
-            "    for j in range(1, num_pid_n):",
-            f'        c0 = tl.load(row_ws + j, mask=mask_m, other={init0}, cache_modifier=".cg")',
-            *(['        c1 = tl.load(row_ws + ws_plane + j, mask=mask_m, other=1.0, cache_modifier=".cg")'] if two_stats else []),
-            *_indent(_combine(r), 2),
-            *_indent(_finalize(r), 1),
-        ]
-        if vector:
-            vec_of = {"logsumexp": "lse", "sum": "r0", "max": "r0"}[r]
-            multi += _indent([f"vec = {vec_of}", *repi_one, store_vec], 1)
-        else:
-            # fresh names (y, offs_nj, ...) so the loop carries no [BLOCK_M, BLOCK_N] value from outside
-            tile_j = out_tile.replace("offs_n[", "offs_nj[")
-            chunk = [
-                "offs_nj = j * BLOCK_N + tl.arange(0, BLOCK_N)",
-                "mask_nj = offs_nj < N",
-                "o_mask = mask_m[:, None] & mask_nj[None, :]",
-                *(_load_ops(spec, "offs_nj", "mask_nj", "_j") if (has_repi or r == "layernorm") else []),
-                f'y = tl.load({tile_j}, mask=o_mask, other=0.0, cache_modifier=".cg").to(tl.float32)',
-                *[re.sub(r"\bacc\b", "y", ln) for ln in _normalize(spec)],
-                *([_call(repi_fn, "y", _op_args(spec, "_j"))] if has_repi else []),
-                f"tl.store({tile_j}, y.to(out_ptr.dtype.element_ty), mask=o_mask)",
-            ]
-            multi += _indent(["for j in range(0, num_pid_n):", *_indent(chunk, 1)], 1)
-        finish = [
-            *_load_ops(spec, "offs_n", "mask_n"),
-            *epi,
-            "if ONE_N_TILE:",
-            *_indent(one, 1),
-            "else:",
-            *_indent(multi, 1),
-        ]
+            one = [*_reduce_one_tile(spec), *repi_one, T.STORE_TILE]
+            write_rows = render(
+                T.NORMALIZE_ROWS,
+                LOAD_OPERANDS=_load_ops(spec, "offs_nj", "mask_nj", "_j") if (has_repi or r == "layernorm") else [],
+                NORMALIZE=[re.sub(r"\bacc\b", "y", ln) for ln in _normalize(spec)],
+                ROW_EPILOGUE=[_call(repi_fn, "y", _op_args(spec, "_j"))] if has_repi else [])
+        finish = render(
+            T.FINISH_ROWS, LOAD_OPERANDS=loads, EPILOGUE=epi, ONE_TILE=one, TILE_STATS=_tile_stats(r),
+            STORE_RAW=[] if vector else [T.STORE_TILE],  # the raw row values, normalised by the last tile
+            STORE_ST1=["tl.store(row_ws + ws_plane + pid_n, st1, mask=mask_m)"] if two_stats else [],
+            INIT0='float("-inf")' if r == "max" else "0.0",  # masked rows only: keeps them finite
+            LOAD_R1=['r1 = tl.load(row_ws + ws_plane, mask=mask_m, other=1.0, cache_modifier=".cg")'] if two_stats else [],
+            LOAD_C1=['c1 = tl.load(row_ws + ws_plane + j, mask=mask_m, other=1.0, cache_modifier=".cg")'] if two_stats else [],
+            COMBINE=_combine(r), FINALIZE=_finalize(r), WRITE_ROWS=write_rows)
 
-    head = [
-        "@triton.jit",
-        f"def {kname}(",
-        *_indent([p + "," for p in params], 1),
-        "):",
-        "    num_pid_m = tl.cdiv(M, BLOCK_M)",
-        "    num_pid_n = tl.cdiv(N, BLOCK_N)",
-        "    tiles = num_pid_m * num_pid_n",
-    ]
-    if spec.persistent:
-        loop = [
-            "    # persistent: about one program per SM walks the work items",
-            "    for w in range(tl.program_id(0), B * tiles * SPLIT_K, tl.num_programs(0)):",
-            *_indent(body + finish, 2),
-        ]
-    else:
-        loop = ["    w = tl.program_id(0)", *_indent(body + finish, 1)]
-    return "\n".join(helpers + head + loop) + "\n"
-
-
-# --------------------------------------------------------------------------------- launcher text
-
-
-def _launcher_src(spec: GemmSpec, config: dict[str, Any]) -> str:
-    name, r = spec.name, spec.row_reduction
-    vector = r in VECTOR_REDUCTIONS
-    tdt = f"torch.{spec.dtype}"
-    nd = 3 if spec.batched else 2
-    L: list[str] = [
-        f"def launch_{name}(a, b, *extra, out=None, config=None):",
-        f'    """{name}: {"batched " if spec.batched else ""}GEMM a @ {"b.T" if spec.trans_b else "b"}'
-        f'{" + epilogue" if _stmts(spec.epilogue) else ""}{" + row " + r if r else ""}."""',
-        f"    cfg = {{**{config!r}, **(config or {{}})}}",
-        f"    if len(extra) != {len(spec.operands)}:",
-        f'        raise TypeError(f"launch_{name}: expected {len(spec.operands)} extra operand(s) '
-        f'({", ".join(op.name for op in spec.operands)}), got {{len(extra)}}")',
-        "    for nm, t in (('a', a), ('b', b)):",
-        f"        if not isinstance(t, torch.Tensor) or t.dim() != {nd}:",
-        f'            raise ValueError(f"launch_{name}: {{nm}} must be a {nd}-D tensor, got {{getattr(t, \'shape\', type(t))}}")',
-        f"        if t.dtype != {tdt}:",
-        f'            raise TypeError(f"launch_{name}: {{nm}} has dtype {{t.dtype}}, expected {tdt}")',
-        "    if b.device != a.device:",
-        f'        raise ValueError(f"launch_{name}: a on {{a.device}} but b on {{b.device}}")',
-    ]
-    if spec.batched:
-        L += [
-            "    B = max(a.shape[0], b.shape[0])",
-            "    if a.shape[0] not in (1, B) or b.shape[0] not in (1, B):",
-            f'        raise ValueError(f"launch_{name}: batch sizes {{a.shape[0]}} and {{b.shape[0]}} do not broadcast")',
-            "    M, K = a.shape[1], a.shape[2]",
-            "    sab = a.stride(0) if a.shape[0] > 1 else 0",
-            "    sbb = b.stride(0) if b.shape[0] > 1 else 0",
-            "    sam, sak = a.stride(1), a.stride(2)",
-        ]
-        bi = (1, 2)
-    else:
-        L += ["    B = 1", "    M, K = a.shape", "    sab = sbb = 0", "    sam, sak = a.stride(0), a.stride(1)"]
-        bi = (0, 1)
-    if spec.trans_b:  # b is [N, K]: the kernel reads it through swapped strides, no copy
-        L += [f"    N, Kb = b.shape[{bi[0]}], b.shape[{bi[1]}]", f"    sbk, sbn = b.stride({bi[1]}), b.stride({bi[0]})"]
-    else:
-        L += [f"    Kb, N = b.shape[{bi[0]}], b.shape[{bi[1]}]", f"    sbk, sbn = b.stride({bi[0]}), b.stride({bi[1]})"]
-    L += [
-        "    if Kb != K:",
-        f'        raise ValueError(f"launch_{name}: inner dimensions differ: a {{tuple(a.shape)}}, b {{tuple(b.shape)}}'
-        f'{" (b is [N, K])" if spec.trans_b else ""}")',
-    ]
-    oshape = ("(B, M)" if spec.batched else "(M,)") if vector else ("(B, M, N)" if spec.batched else "(M, N)")
-    L += [
-        f"    oshape = {oshape}",
-        "    if out is None:",
-        f"        out = torch.empty(oshape, device=a.device, dtype={tdt})",
-        f"    elif tuple(out.shape) != oshape or out.dtype != {tdt}:",
-        f'        raise ValueError(f"launch_{name}: out must be {{oshape}} {tdt}, got {{tuple(out.shape)}} {{out.dtype}}")',
-    ]
-    if vector:
-        L.append(
-            "    sob, som, son = (out.stride(0), out.stride(1), 0)" if spec.batched else "    sob, som, son = 0, out.stride(0), 0"
-        )
-    else:
-        L.append(
-            "    sob, som, son = out.stride()" if spec.batched else "    sob, (som, son) = 0, out.stride()"
-        )
-    # operands: broadcast to their full shape (stride 0 where broadcast), so a [N] bias serves a batched GEMM
-    args, strides = [], []
-    for i, op in enumerate(spec.operands):
-        n = op.name
-        if op.kind == "scalar":
-            L += [
-                f"    if isinstance(extra[{i}], torch.Tensor) and extra[{i}].numel() != 1:",
-                f'        raise TypeError("launch_{name}: scalar operand {n} must be a number")',
-                f"    v_{n} = float(extra[{i}])",
-            ]
-            args.append(f"v_{n}")
-            continue
-        full = {
-            "row": "(B, N)" if spec.batched else "(N,)",
-            "col": "(B, M)" if spec.batched else "(M,)",
-            "matrix": "(B, M, N)" if spec.batched else "(M, N)",
-        }[op.kind]
-        L += [
-            f"    t = extra[{i}]",
-            "    if not isinstance(t, torch.Tensor) or t.device != a.device or not t.is_floating_point():",
-            f'        raise TypeError(f"launch_{name}: operand {n} must be a floating tensor on {{a.device}}")',
-        ]
-        if op.kind == "row":  # accept [N], [1, N] and the keepdim form [B, 1, N]
-            L += ["    if t.dim() >= 2 and t.shape[-2] == 1:", "        t = t.squeeze(-2)"]
-        if op.kind == "col":  # accept [M], and the keepdim forms [M, 1], [B, M, 1]
-            L += ["    if t.dim() >= 2 and t.shape[-1] == 1:", "        t = t.squeeze(-1)"]
-        L += [
-            "    try:",
-            f"        t = torch.broadcast_to(t, {full})",
-            "    except RuntimeError:",
-            f'        raise ValueError(f"launch_{name}: {op.kind} operand {n} of shape {{tuple(extra[{i}].shape)}} '
-            f'does not broadcast to {full}") from None',
-            f"    p_{n} = t",
-        ]
-        if spec.batched:
-            L.append(f"    s_{n} = t.stride()")
-        else:
-            L.append(f"    s_{n} = (0,) + t.stride()")
-        args.append(f"p_{n}")
-        k = {"row": 2, "col": 2, "matrix": 3}[op.kind]
-        strides += [f"s_{n}[{j}]" for j in range(k)]
-    L += [
-        "    if B == 0 or M == 0:",
-        "        return out",
-        "    if N == 0:",
-        f'        raise ValueError("launch_{name}: a row reduction over N = 0 columns is undefined")'
-        if r is not None
-        else "        return out",
-        "    # tl.dot needs >= 16 in every tile dimension; smaller problems get smaller tiles",
-        '    BM = max(16, min(int(cfg["BLOCK_M"]), triton.next_power_of_2(M)))',
-        '    BN = max(16, min(int(cfg["BLOCK_N"]), triton.next_power_of_2(N)))',
-        '    BK = max(16, min(int(cfg["BLOCK_K"]), triton.next_power_of_2(max(K, 1))))',
-        '    SK = max(1, int(cfg.get("SPLIT_K", 1)))' if r is None else "    SK = 1",
-        "    tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)",
-        "    work = B * tiles * SK",
-        "    ws, cnt = a, a  # placeholders, never read unless a fixup runs",
-    ]
-    one_tile = "BN >= N"
-    if r is None:
-        L += [
-            "    if SK > 1:",
-            "        ws = torch.empty(work * BM * BN, device=a.device, dtype=torch.float32)",
-            "        n_cnt = B * tiles",
-        ]
-    else:
-        L += [
-            f"    if not ({one_tile}):",
-            f"        ws = torch.empty({2 if r in ('softmax', 'log_softmax', 'logsumexp', 'layernorm') else 1} * B * M * triton.cdiv(N, BN), "
-            "device=a.device, dtype=torch.float32)",
-            "        n_cnt = B * triton.cdiv(M, BM)",
-        ]
-    L += [
-        f"    if {'SK > 1' if r is None else f'not ({one_tile})'}:",
-        "        # ticket counters: zeroed once per device, every use leaves them at zero again",
-        f"        cache = launch_{name}.__dict__.setdefault('_counters', {{}})",
-        "        cnt = cache.get(a.device)",
-        "        if cnt is None or cnt.numel() < n_cnt:",
-        "            cnt = torch.zeros(max(n_cnt, 4096), device=a.device, dtype=torch.int32)",
-        "            cache[a.device] = cnt",
-    ]
-    if spec.persistent:
-        L += [
-            '    progs = int(cfg.get("NUM_PROGS", 0))',
-            "    if progs <= 0:",
-            "        if a.is_cuda:",
-            "            progs = torch.cuda.get_device_properties(a.device).multi_processor_count",
-            "        else:",
-            "            progs = 3  # interpreter: a few programs so that each walks several items",
-            "    grid = (min(work, progs),)",
-        ]
-    else:
-        L.append("    grid = (work,)")
-    consts = ["BLOCK_M=BM", "BLOCK_N=BN", "BLOCK_K=BK", 'GROUP_M=int(cfg["GROUP_M"])', "SPLIT_K=SK",
-              "EVEN_K=(K % (BK * SK) == 0)"]
-    if r is not None:
-        consts.append(f"ONE_N_TILE=({one_tile})")
-    if r == "layernorm":
-        consts.append('EPS=float(cfg["eps"])')
-    if spec.dtype == "bfloat16":
-        consts.append("UPCAST_DOT=(not a.is_cuda)")  # CPU tensors only run in the interpreter
-    consts += ['num_warps=int(cfg["num_warps"])', 'num_stages=int(cfg["num_stages"])']
-    call_args = ["a", "b", "out", "ws", "cnt", *args, "M", "N", "K", "B",
-                 "sab", "sam", "sak", "sbb", "sbk", "sbn", "sob", "som", "son", *strides, *consts]
-    L.append(f"    {name}_kernel[grid](")
-    L += ["        " + x + "," for x in call_args]
-    L += ["    )", "    return out", ""]
-    return "\n".join(L)
+    work_item = render(T.WORK_ITEM, DOT=dot, FINISH=finish)
+    program = render(T.PERSISTENT if spec.persistent else T.ONE_PROGRAM, WORK_ITEM=work_item)
+    return "\n".join(render(T.KERNEL, HELPERS=helpers, KERNEL=kname, PARAMS=[p + "," for p in params],
+                             PROGRAM=program)) + "\n"
 
 
 # ------------------------------------------------------------------------------------- public API
@@ -748,7 +462,7 @@ def gemm_kernel(spec: GemmSpec) -> KernelSource:
     return KernelSource(
         name=spec.name,
         kernel_src=_kernel_src(spec),
-        launcher_src=_launcher_src(spec, config),
+        launcher_src=launcher_src(spec, config, spec.row_reduction in VECTOR_REDUCTIONS),
         config=dict(config),
         space=_space(spec),
         kernel_name=f"{spec.name}_kernel",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .ir import Graph
 from .partition import Group
 
-__all__ = ["GroupCost", "group_costs", "CEILING_BW", "peak_flops", "ITEMSIZE", "Modelled", "modelled_ms",
+__all__ = ["GroupCost", "group_costs", "CEILING_BW", "peak_flops", "ITEMSIZE", "Modelled",
            "model_built", "eager_profile", "modelled_seconds", "LAUNCH_S"]
 
 CEILING_BW = 4.22e12  # bytes/s, read+write
@@ -91,7 +91,7 @@ def group_costs(graph: Graph, groups: list[Group], tf32: bool = False) -> list[G
 # -- a modelled H200 time (for ranking where nothing is timed on a GPU) -----------------------------
 # The roofline above is a lower bound that ignores the configuration; the search on a CPU (Triton
 # interpreter: correctness is real, times are not) needs an order in which a tile size, a warp count
-# or a split changes the answer. ``modelled_ms`` adds to the roofline what a configuration costs on
+# or a split changes the answer. ``model_built`` (and the builtin's ``modelled_ms``) adds to the roofline what a configuration costs on
 # the H200: a launch per kernel, filling the 132 SMs (wave quantization), bytes in flight (Little's
 # law), vector width per thread, GEMM operand re-reads across tiles, pipeline depth. It only ranks
 # candidates on the CPU: it is never printed as a speedup.
@@ -213,7 +213,8 @@ def eager_profile(graph: Graph, tf32: bool = False) -> dict:
 
 
 def model_built(b, settings: dict, config: dict | None = None) -> Modelled:
-    """``modelled_ms`` of an already built candidate (``build.Built``): ``config`` is its nested
+    """The modelled time of an already built candidate (``kernellab.agents.builtin.build.Built``: graph, groups,
+    state): ``config`` is its nested
     ``CONFIG`` (group id -> values), e.g. the candidate's own overlaid with a tuning trial's."""
     from .codegen import allow_tf32, default_precision
 
@@ -242,23 +243,9 @@ def model_built(b, settings: dict, config: dict | None = None) -> Modelled:
     return Modelled(ms=sum(per.values()), eager_ms=eager, groups=per)
 
 
-def modelled_ms(problem, actions=None, config: dict | None = None) -> Modelled:
-    """The modelled H200 time of the builtin candidate that replays ``actions`` under ``config`` (its
-    nested ``CONFIG``; None: the generated file's own), and of the eager reference."""
-    import ast
-
-    from .build import build, built
-
-    if config is None:
-        tree = ast.parse(build(problem, actions).source)
-        config = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
-                       and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in n.targets)), {})
-    return model_built(built(problem, actions), problem.settings(), config)
-
-
 # -- the modelled time of a whole candidate (what the planner's expected gains come from) ----------
 
-# (LAUNCH_S and SMS: as for modelled_ms above)
+# (LAUNCH_S and SMS: as for model_built above)
 # fraction of the fp32 ceiling an IEEE-dot Triton GEMM reaches on the FMA units (cuBLAS reaches it all)
 TRITON_IEEE_EFF = 0.7
 _DOT_PEAK = {"ieee": _PEAK["float32"], "tf32": _PEAK["tf32"], "tf32x3": _PEAK["tf32"] / 3}
