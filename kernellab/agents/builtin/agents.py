@@ -24,6 +24,7 @@ from typing import Any
 from kernellab.compiler.codegen import allow_tf32, default_precision
 from kernellab.compiler.cost import CEILING_BW, group_costs, peak_flops
 from kernellab.problem import Problem
+from kernellab.vocab import small_for
 
 from ..roles import Analysis, Code, Diagnosis, Proposal
 from .actions import (
@@ -368,7 +369,7 @@ def profile_reference(problem: Problem, device: str | None = None, small: bool |
     from kernellab.problem import instantiate
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    small = (device == "cpu") if small is None else small
+    small = small_for(device, small)
     inst = instantiate(problem, small=small, seed=0, device=device)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with torch.no_grad():

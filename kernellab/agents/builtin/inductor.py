@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from kernellab.problem import Problem
+from kernellab.vocab import small_for
 
 from ..roles import Code, Proposal
 
@@ -73,7 +74,7 @@ def inductor_seed(problem: Problem, device: str, small: bool | None = None, time
     (without one it ran beside other campaigns' timings). Its imports hold nothing."""
     if device not in ("cpu", "cuda"):
         raise InductorSeedError(f"device {device!r} is not cpu or cuda")
-    small = (device == "cpu") if small is None else bool(small)
+    small = small_for(device, small)
     payload = json.dumps({"name": problem.name, "source": problem.source, "path": problem.path,
                           "device": device, "small": small})
     env = dict(os.environ)
