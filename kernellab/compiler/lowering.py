@@ -230,22 +230,19 @@ def _log_softmax_op(c: Ctx, b: dict) -> bool:
     return True
 
 
-@lowering("logsumexp.default")
-def _logsumexp_op(c: Ctx, b: dict) -> bool:
-    logsumexp(c, b)
-    return True
+def _expansion(op: str, expand: Callable[[Ctx, dict], None]) -> None:
+    """``op`` lowered by an expansion that always applies (``decompose``'s, on the op's bound arguments)."""
+    def lower(c: Ctx, b: dict) -> bool:
+        expand(c, b)
+        return True
+    lower.__name__ = f"_{expand.__name__}_op"
+    lowering(op)(lower)
 
 
-@lowering("layer_norm.default")
-def _layer_norm_op(c: Ctx, b: dict) -> bool:
-    layer_norm(c, b)
-    return True
-
-
-@lowering("rms_norm.default")
-def _rms_norm_op(c: Ctx, b: dict) -> bool:
-    rms_norm(c, b)
-    return True
+_expansion("logsumexp.default", logsumexp)
+_expansion("layer_norm.default", layer_norm)
+_expansion("rms_norm.default", rms_norm)
+_expansion("instance_norm.default", instance_norm)
 
 
 @lowering("group_norm.default")
@@ -253,12 +250,6 @@ def _group_norm_op(c: Ctx, b: dict) -> bool:
     if c.shape(b["input"])[1] % int(b["num_groups"]):
         return False
     group_norm(c, b)
-    return True
-
-
-@lowering("instance_norm.default")
-def _instance_norm_op(c: Ctx, b: dict) -> bool:
-    instance_norm(c, b)
     return True
 
 
