@@ -12,11 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-KB = Path("/work/shared/kernelbench")
+# ../shared/kernelbench beside the checkout, or KERNELBENCH_DIR
+KB = Path(os.environ.get("KERNELBENCH_DIR") or Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench")
 FIXTURE = Path(__file__).with_name("sources_sha256.json")
 
 
