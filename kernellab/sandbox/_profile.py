@@ -123,8 +123,6 @@ def profile(problem: Problem, source: str, config: dict | None = None, *, small:
         (t / "job.pkl").write_bytes(pickle.dumps({"problem": problem, "source": source, "config": config,
                                                   "small": small}))
         extra = {"CUDA_VISIBLE_DEVICES": gpu or os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]}
-        if gate is not None:
-            extra["KERNELLAB_PROFILE_GATE"] = "1"
         env = worker_env(tmp, extra)
         env.pop("TRITON_INTERPRET", None)
         for _ in range(4):
@@ -168,10 +166,12 @@ def run_gated(cmd: list[str], jobdir: Path, env: dict, timeout: float, gate: Any
     ``gate``, nothing is held while the process starts, the GPU is shared (``gate.share()``) from its "share"
     file (:func:`kernellab.sandbox._profile_target.ask`) and held alone (``gate.exclusive()``) from its "warm"
     file to its "done" file (or its end); a process that never asks to be alone shares it to its end; the
-    caller's gate releases the share (``ProfileGate.close``)."""
+    caller's gate releases the share (``ProfileGate.close``). The process learns it is gated from ``GATE_ENV``."""
     if gate is None:
         return subprocess.run(cmd, cwd=jobdir, env=env, capture_output=True, text=True, timeout=timeout)
-    from ._profile_target import GATE_DONE, GATE_GO, GATE_READY, GATE_SHARE, GATE_SHARED
+    from ._profile_target import GATE_DONE, GATE_ENV, GATE_GO, GATE_READY, GATE_SHARE, GATE_SHARED
+
+    env = {**env, GATE_ENV: "1"}  # the process asks (``ask``) before it uses the GPU
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, cwd=jobdir, env=env, stdout=out, stderr=err, text=True)

@@ -2,7 +2,7 @@
 
 Builds the reference instance and the candidate (seeded alike), compiles with two warm-up calls,
 then runs exactly one forward between ``cudaProfilerStart`` and ``cudaProfilerStop``. With
-``KERNELLAB_PROFILE_GATE=1`` it asks its parent (:class:`kernellab.sandbox._executor.ProfileGate`) for
+``KERNELLAB_GPU_GATE=1`` (``GATE_ENV``, set by ``run_gated``) it asks its parent (:class:`kernellab.sandbox._executor.ProfileGate`) for
 the GPU twice: shared before it builds the problem there (its imports hold nothing), and alone before
 that forward: warm-up shares the GPU as correctness work does, only the profiled forward's replays hold
 it alone. Like a sandbox
@@ -38,7 +38,7 @@ def main() -> None:
     job = pickle.loads((jobdir / "job.pkl").read_bytes())
     os.chdir(jobdir)
     dev = torch.device("cuda", 0)
-    gated = os.environ.get("KERNELLAB_PROFILE_GATE") == "1"
+    gated = os.environ.get(GATE_ENV) == "1"
     if gated:  # the imports needed no GPU; building the problem and warming up share it
         ask(jobdir, GATE_SHARE, GATE_SHARED)
     inst = instantiate(job["problem"], small=bool(job["small"]), seed=SEED, device=dev)
@@ -64,6 +64,7 @@ def main() -> None:
 # files in the job directory, each pair a request and its grant: the target is about to use the GPU and the
 # parent shares it; the target is warm and the parent has the GPU alone; then the target says the profiled
 # forward is over (ncu's own start-up and report writing need no GPU of ours)
+GATE_ENV = "KERNELLAB_GPU_GATE"  # "1" in a process run_gated gates: it asks before it uses the GPU
 GATE_SHARE, GATE_SHARED = "gate-share", "gate-shared"
 GATE_READY, GATE_GO, GATE_DONE = "gate-ready", "gate-go", "gate-done"
 GATE_WAIT_S = 900.0

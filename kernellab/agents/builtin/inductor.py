@@ -90,9 +90,10 @@ def inductor_seed(problem: Problem, device: str, small: bool | None = None, time
         Path(tmp, REQUEST).write_text(payload)
         try:
             with gate(problem, small=small) if gate is not None else contextlib.nullcontext() as g:
-                if g is not None and g.gpu is not None:
-                    env.update(CUDA_VISIBLE_DEVICES=g.gpu, KERNELLAB_GPU_GATE="1")
-                proc = run_gated(cmd, Path(tmp), env, timeout, g if g is not None and g.gpu is not None else None)
+                held = g if g is not None and g.gpu is not None else None  # no GPU visible: nothing to share
+                if held is not None:
+                    env["CUDA_VISIBLE_DEVICES"] = held.gpu
+                proc = run_gated(cmd, Path(tmp), env, timeout, held)
         except subprocess.TimeoutExpired:
             raise InductorSeedError(f"torch.compile of {problem.name} took over {timeout:.0f} s") from None
     answer = None
@@ -183,9 +184,9 @@ def generate(problem: Problem, device: str, small: bool) -> tuple[str, dict]:
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
     from torch._inductor.utils import run_and_get_code
 
-    if os.environ.get("KERNELLAB_GPU_GATE") == "1":  # the GPU from here on, shared (inductor_seed's gate)
-        from kernellab.sandbox._profile_target import GATE_SHARE, GATE_SHARED, ask
+    from kernellab.sandbox._profile_target import GATE_ENV, GATE_SHARE, GATE_SHARED, ask
 
+    if os.environ.get(GATE_ENV) == "1":  # the GPU from here on, shared (inductor_seed's gate)
         ask(Path.cwd(), GATE_SHARE, GATE_SHARED)
     inst = instantiate(problem, small=small, seed=0, device=device)
     model, inputs = inst.model, inst.inputs
