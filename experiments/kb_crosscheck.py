@@ -3,14 +3,14 @@
     PYTHONPATH=. python experiments/kb_crosscheck.py --db bench.db [--kernelbench ../shared/kernelbench]
         [--config-hash H] [--problem NAME]... [--trials 5] [--perf-trials 100] [--out-dir experiments/results]
 
-For every problem of the database (per problem the latest finished campaign; ``--config-hash`` keeps
-the bench campaigns of one configuration, see ``kernellab bench``), the winner is exported exactly
-as ``kernellab export`` writes it -- and, where it is another candidate (a library-only one is fastest),
-the best own-kernel candidate too, the bench's "correct own-kernel winner" -- and each is judged by KernelBench's ``eval_kernel_against_ref`` (5
-correctness trials, cuda-event timing of the candidate and of the reference, the same defaults as
-KernelBench's own scripts; backend "triton": the file is imported from a temp file, which
-``@triton.jit`` needs). Each KernelBench run is a child process, so a crash or a CUDA fault costs
-one row. Writes ``<date>-<device>-kb-crosscheck.md`` and ``.json``: per problem both harnesses'
+For every problem of the database (per problem the latest finished campaign; ``--config-hash`` keeps the
+bench campaigns of one configuration, see ``kernellab bench``), the winner is exported exactly as
+``kernellab export`` writes it -- and, where it is another candidate (a library-only one is fastest), the
+best own-kernel candidate too, the bench's "correct own-kernel winner" -- and each is judged by
+KernelBench's ``eval_kernel_against_ref`` (5 correctness trials, cuda-event timing of the candidate and of
+the reference, the same defaults as KernelBench's own scripts; backend "triton": the file is imported from a
+temp file, which ``@triton.jit`` needs). Each KernelBench run is a child process, so a crash or a CUDA fault
+costs one row. Writes ``<date>-<device>-kb-crosscheck.md`` and ``.json``: per problem both harnesses'
 verdicts and speedups side by side, and the agreement counts; device, versions, kernellab commit,
 KernelBench's commit and the date.
 
@@ -355,7 +355,7 @@ def _main(args: argparse.Namespace) -> int:
                                           "timing_method": args.timing_method, "backend": "triton",
                                           "config_hash": args.config_hash},
               "environment": {"date": stamp.isoformat(timespec="seconds"), "device": device, "versions": env.versions(),
-                              "kernelbench": str(kb.resolve()), "kernelbench_commit": _kb_commit(kb)},
+                              "kernelbench": str(kb), "kernelbench_commit": _kb_commit(kb)},
               "agreement": counts,
               "problems": [{k: v for k, v in r.items() if k not in ("reference", "source")} for r in rows]}
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")[:24]
