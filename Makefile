@@ -14,7 +14,7 @@ NUMPY_SPEC ?= numpy>=1.26,<2.3
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test lint gpu-test venv clean
+.PHONY: demo test lint readme gpu-test venv clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ test: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check kernellab tests
+
+# README.md's command table is rendered from the CLI; tests/test_cli_docs.py fails when it is stale
+readme: $(VENV)/.installed
+	$(PY) -m kernellab.cli._doc README.md
 
 # On the GPU host: GPU tests and the GPU benchmarks in one call (see scripts/gpu_check.sh).
 gpu-test:

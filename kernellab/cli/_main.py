@@ -25,7 +25,8 @@ def main() -> None:
     install()  # SIGTERM like Ctrl-C; the stop kills sandbox workers and is bounded by a watchdog
 
 
-for _cmd in (inspection.status, inspection.show, inspection.lineage, inspection.eval_, campaigns.run,
-             campaigns.resume, campaigns.retime, campaigns.report, campaigns.export, studies.bench, studies.study,
-             studies.compare, whole.optimize, worker.worker):
+# the order a reader meets them in (README.md's command table follows it; `kernellab --help` sorts by name)
+for _cmd in (campaigns.run, campaigns.resume, inspection.status, campaigns.retime, inspection.show, inspection.lineage,
+             inspection.eval_, campaigns.report, campaigns.export, studies.bench, studies.study, studies.compare,
+             whole.optimize, worker.worker):
     main.add_command(_cmd)

@@ -115,8 +115,10 @@ def resume(campaign: str, usd_budget: float | None, db: str, as_json: bool, clus
 @_errors
 def retime(campaign: str, problem: str | None, force: bool, db: str, as_json: bool) -> None:
     """Re-time each problem's winner of CAMPAIGN in a fresh job (candidate, eager and torch.compile
-    interleaved): the number status, report, export and bench print. Campaigns do it at their end;
-    this does it on demand. Prints the summary; exit 1 when no problem has a correct candidate."""
+    interleaved): the number status, report, export and bench print.
+
+    Campaigns do it at their end; this does it on demand. Prints the summary; exit 1 when no problem has a
+    correct candidate."""
     from kernellab.campaign import CampaignError, campaign_lock, retime_winners
 
     store = _store(db)
@@ -169,8 +171,10 @@ def report(campaign: str, output: str, objective: str | None, db: str, as_json: 
 @json_option
 @_errors
 def export(campaign: str, problem: str | None, output: str | None, db: str, as_json: bool) -> None:
-    """Export the best kernel of a CAMPAIGN as one standalone .py file with its tuned CONFIG,
-    loadable with the original model's state_dict. Exit 1 when the problem has no correct candidate."""
+    """Export the best kernel of a CAMPAIGN (its re-timed winner) as one standalone .py file with its
+    tuned CONFIG, loadable with the original model's state_dict.
+
+    Exit 1 when the problem has no correct candidate."""
     from kernellab import export as export_mod
 
     store = _store(db)

@@ -26,7 +26,11 @@ from kernellab.cli._common import (
 @json_option
 @_errors
 def status(campaign: str | None, db: str, as_json: bool) -> None:
-    """Campaigns in the store, or one CAMPAIGN's summary (best per problem, statuses, LLM cost)."""
+    """Campaigns in the store, or one CAMPAIGN's summary (best per problem, statuses, LLM cost).
+
+    The best per problem is its re-timed winner with its p20-p80 band. A campaign marked running whose
+    process is gone shows as `running (stale: no process)` ("stale": true in --json), with the command
+    that resumes it."""
     from kernellab import views
     from kernellab.campaign import is_stale
 

@@ -44,8 +44,11 @@ from kernellab.cli._common import (
 def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None, jobs: int, shard: str | None,
           summary_only: bool, dbs: tuple[str, ...], as_json: bool, device: str, cluster: str | None = None,
           **opts: Any) -> None:
-    """Run a campaign per problem of SUITE (a name in experiments/suites/, a suite file, a folder or
-    a glob) and write experiments/results/<date>-<device>-<name>.json and .md: per problem the best
+    """Run a campaign per problem of SUITE and score the whole suite: fast_p against eager and
+    torch.compile, incremental (a rerun skips finished problems).
+
+    SUITE is a name in experiments/suites/, a suite file, a folder or a glob. Writes
+    experiments/results/<date>-<device>-<name>.json and .md: per problem the best
     speedup vs eager and torch.compile (p20-p80), evaluations and time to the best, the winning action
     chain; fast_p and geometric means over the WHOLE suite (unfinished problems count as not correct);
     failures by class; the environment. Incremental: a rerun with the same options into the same
@@ -110,9 +113,11 @@ def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None
 @_errors
 def study(suite: str, agents: str | None, seeds: int, name: str | None, jobs: int, out_dir: str | None, db: str,
           as_json: bool, device: str, policy: str, llm: str, seed: int, replay: str | None, **opts: Any) -> None:
-    """Run a matrix of search strategies over SUITE into one database: every policy of --policy
-    (comma-separated: greedy,beam,uct,evolve) x every --agents x --seeds seeds, one bench campaign
-    per problem, each campaign tagged with the study and its cell. Incremental like bench: a rerun
+    """Run a matrix of search strategies (policy x agents x seed) over SUITE into one database,
+    incremental like bench.
+
+    Every policy of --policy (comma-separated: greedy,beam,uct,evolve) x every --agents x --seeds
+    seeds, one bench campaign per problem, each campaign tagged with the study and its cell. A rerun
     skips what finished under the same configuration and resumes the rest. Then `kernellab compare
     --study NAME`. Exit 1 while some campaign of the study is unfinished."""
     from pathlib import Path
@@ -168,11 +173,14 @@ def study(suite: str, agents: str | None, seeds: int, name: str | None, jobs: in
 @_errors
 def compare(campaigns: tuple[str, ...], study_name: str | None, by: str, tie: float, n_boot: int,
             output: str | None, db: str, as_json: bool) -> None:
-    """Compare search strategies: a study's cells (--study NAME) or CAMPAIGNs. Per strategy: best so
-    far against evaluations and GPU-seconds (median and band over problems and seeds), area under
-    that curve, evaluations to 95% of the best found, a win/tie/loss matrix with a bootstrap interval
-    and a Wilcoxon test, LLM tokens and dollars per unit of gain, failures by class. Interpreted (CPU)
-    runs are compared on the interpreter's eager/candidate ratio and claim no speedup."""
+    """Compare search strategies, a study's cells (--study NAME) or CAMPAIGNs, with statistics (and an
+    HTML page with -o).
+
+    Per strategy: best so far against evaluations and GPU-seconds (median and band over problems and
+    seeds), area under that curve, evaluations to 95% of the best found, a win/tie/loss matrix with a
+    bootstrap interval and a Wilcoxon test, LLM tokens and dollars per unit of gain, failures by class.
+    Interpreted (CPU) runs are compared on the interpreter's eager/candidate ratio and claim no speedup.
+    The page (-o) holds the plots as inline SVG (matplotlib) and opens offline."""
     from kernellab import compare as compare_mod
 
     store = _store(db)
