@@ -104,7 +104,7 @@ for step in "${steps[@]}"; do
         timeout "${BENCH_TIMEOUT:-3000}" $PY -m kernellab.cli bench "$suite" --db "$dbdir/bench.db" ${BENCH_ARGS:-} 2>&1 \
           | tee "$OUT/bench.log"
       fi ;;
-    study:*) # the strategy study (README "Studying search strategies"): STUDY_ARGS e.g. "--policy greedy,beam,uct,evolve
+    study:*) # the strategy study (docs/guide.md "Studying search strategies"): STUDY_ARGS e.g. "--policy greedy,beam,uct,evolve
       # --seeds 2 --budget 16 --jobs 4"; the database of the last call (STUDY_DB, or STUDY_DB.gz placed in the
       # working tree, where it travels as an untracked file) makes it resume where that call stopped; SIGINT at
       # STUDY_TIMEOUT, SIGKILL 60 s later (a killed campaign resumes); the database comes back gzipped in $OUT
