@@ -339,12 +339,20 @@ def _main(args: argparse.Namespace) -> int:
         raise CrosscheckError(f"{args.db}: no finished campaign" + (f" with config hash {args.config_hash}"
                                                                     if args.config_hash else ""))
     kept = kept_verdicts(Path(args.keep)) if args.keep else {}
+    interrupted = False
     for k, r in enumerate(rows, 1):
         known = kept.get(_judged(r))
         if known is not None:
             r["kernelbench"] = {**known, "kept_from": args.keep}
-        elif r["source"] is not None:
-            r["kernelbench"] = run_kernelbench(r, kb, args.trials, args.perf_trials, args.timing_method, args.timeout)
+        elif r["source"] is not None and not interrupted:
+            try:
+                r["kernelbench"] = run_kernelbench(r, kb, args.trials, args.perf_trials, args.timing_method,
+                                                   args.timeout)
+            except KeyboardInterrupt:  # a device call's time is up: the verdicts so far are written, the rest kept
+                interrupted = True
+        if interrupted:
+            r.setdefault("kernelbench", {"correctness": None, "error": "not run: interrupted"})
+            continue
         kbv = r["kernelbench"] or {}
         print(f"kb_crosscheck: {k}/{len(rows)} {r['problem']}: kernellab {r['kernellab']['status']}, "
               f"KernelBench {kbv.get('correctness', '-')}", file=sys.stderr)
@@ -362,6 +370,9 @@ def _main(args: argparse.Namespace) -> int:
     stem = Path(args.out_dir) / f"{stamp.strftime('%Y-%m-%d')}-{slug}-kb-crosscheck"
     write_atomic(stem.with_suffix(".json"), json.dumps(result, indent=2, default=str))
     write_atomic(stem.with_suffix(".md"), to_markdown(result))
+    if interrupted:
+        print("kb_crosscheck: interrupted; the unjudged winners are marked 'not run' (pass this JSON as --keep)",
+              file=sys.stderr)
     print(f"kb_crosscheck: verdicts agree on {counts['verdicts_agree']} of {counts['verdicts_compared']}; "
           f"{stem}.md and .json", file=sys.stderr)
     return 0

@@ -58,7 +58,9 @@ from ._gpu import (
     TooBig,
     estimate,
     measured_need,
+    probes,
     retry_admission,
+    unmeasured_need,
 )
 from ._result import empty_result, infra_result, is_infra, reference_key, truncate
 
@@ -454,6 +456,9 @@ class LocalExecutor(Executor):
                 self._budgets[g] = MemoryBudget(gpu_bytes)
         self._estimates: dict[tuple[str, bool], tuple[int, int] | None] = {}
         self._ref_peaks: dict[tuple[str, bool], int] = {}
+        # per unmeasured problem: the event its probe (the one job that measures the reference's peak) sets
+        self._probes: dict[tuple[str, bool], threading.Event] = {}
+        self._probed: set[tuple[str, bool]] = set()  # probes that ended without a peak (the CPU pool)
         # per problem: the grant a job was retried with after running out of memory while sharing
         self._oom_needs: dict[tuple[str, bool], int] = {}
         self._start_failures: dict[tuple[str, str | None], int] = {}
@@ -550,7 +555,8 @@ class LocalExecutor(Executor):
         if g not in self._gpu_locks:
             raise SandboxError(f"GPU {g!r} is not one of this executor's ({', '.join(self._gpus)})")
         budget = self._budgets.get(g)
-        need, floor = self._need(problem, small) if problem is not None else (None, None)
+        need, floor = (self._need(problem, small, budget_bytes=budget.budget if budget is not None else None)
+                       if problem is not None else (None, None))
         with budget.admitted(need, floor=floor) if budget is not None else contextlib.nullcontext():
             yield g
 
@@ -665,9 +671,11 @@ class LocalExecutor(Executor):
         return w, start_error
 
     # -- memory ----------------------------------------------------------------------------------
-    def _need(self, problem: Problem, small: bool, compile_timed: bool = False) -> tuple[int | None, int | None]:
+    def _need(self, problem: Problem, small: bool, compile_timed: bool = False,
+              budget_bytes: int | None = None) -> tuple[int | None, int | None]:
         """(bytes a job of ``problem`` needs on its device, the least it can run with); None: unknown
-        (an unknown need runs alone). ``compile_timed``: a re-timing, which times torch.compile too."""
+        (an unknown need runs alone). ``compile_timed``: a re-timing, which times torch.compile too;
+        ``budget_bytes``: the device's budget, which bounds an unmeasured need (:func:`_gpu.unmeasured_need`)."""
         key = (problem.id, bool(small))
         with self._lock:
             known = key in self._estimates
@@ -685,8 +693,8 @@ class LocalExecutor(Executor):
         if need is not None and peak is None:
             # the meta device's estimate misses the reference's activations and the allocator's rounding:
             # gemm_bias_gelu's (1.21 GB) was 0.73x the need its measured peak then gave, and every job of
-            # a pool's first wave ran out of its grant. Until a job has measured the peak, twice that.
-            need = UNMEASURED_MARGIN * need
+            # a pool's first wave ran out of its grant. Until a job has measured the peak, more than that.
+            need = unmeasured_need(need, budget_bytes, UNMEASURED_MARGIN) if budget_bytes else UNMEASURED_MARGIN * need
         with self._lock:
             grown = self._oom_needs.get(key)
         if grown is not None:
@@ -695,7 +703,58 @@ class LocalExecutor(Executor):
             return max(need or 0, measured_need(peak, compile_timed)), max(floor or 0, peak)
         return need, floor
 
+    def _note_peak(self, key: tuple[str, bool], peak: int) -> None:
+        """A job measured ``key``'s reference peak: later jobs are admitted with the need it gives, and the
+        jobs that waited for the probe go now, not when the probe's job ends."""
+        with self._lock:
+            self._ref_peaks[key] = max(self._ref_peaks.get(key, 0), int(peak))
+            ev = self._probes.pop(key, None)
+        if ev is not None:
+            ev.set()
+
+    def _probe_turn(self, job: EvalJob, budget: MemoryBudget) -> tuple[threading.Event | None, float]:
+        """Wait while another job of this unmeasured problem is its probe (:func:`_gpu.probes`): (the event
+        of the probe this job now is, or None; seconds waited)."""
+        key = (job.problem.id, bool(job.small))
+        t0 = time.monotonic()
+        while True:
+            need, _ = self._need(job.problem, bool(job.small), bool(job.retime), budget.budget)
+            with self._lock:
+                if (self._closed or key in self._ref_peaks or key in self._probed
+                        or not probes(need, budget.budget)):
+                    return None, time.monotonic() - t0
+                ev = self._probes.get(key)
+                if ev is None:
+                    ev = self._probes[key] = threading.Event()
+                    return ev, time.monotonic() - t0
+            ev.wait(0.5)
+
+    def _end_probe(self, key: tuple[str, bool], ev: threading.Event, kind: str) -> None:
+        with self._lock:
+            if self._probes.get(key) is ev:
+                del self._probes[key]
+                if kind != "cuda":  # no peak is measured off a GPU: the others go with the estimate
+                    self._probed.add(key)
+        ev.set()  # on a GPU without a peak (the probe failed first), the next waiting job probes
+
     def _evaluate(self, worker: _Worker, job: EvalJob, kind: str, gpu: str | None) -> tuple[dict, _Worker | None]:
+        """Admit, run and retry (:meth:`_attempts`); a problem's first large job alone among its own
+        (:meth:`_probe_turn`), until it has measured the reference's peak."""
+        key = (job.problem.id, bool(job.small))
+        budget = self._budgets.get(gpu if kind == "cuda" else "cpu")
+        probe, waited = self._probe_turn(job, budget) if budget is not None else (None, 0.0)
+        try:
+            result, worker = self._attempts(worker, job, kind, gpu)
+        finally:
+            if probe is not None:
+                self._end_probe(key, probe, kind)
+        if budget is not None:
+            mem = result["details"].setdefault("memory", {})
+            mem["probe_wait_s"] = round(waited, 3)
+            mem["probe"] = probe is not None
+        return result, worker
+
+    def _attempts(self, worker: _Worker, job: EvalJob, kind: str, gpu: str | None) -> tuple[dict, _Worker | None]:
         """Admit, run, and retry after an infrastructure failure or, on a GPU, after the candidate ran
         out of the memory it was granted while sharing the device (:func:`_gpu.retry_admission`: first
         with twice the grant, still sharing; alone after that)."""
@@ -711,7 +770,7 @@ class LocalExecutor(Executor):
             reason = None
             try:
                 if budget is not None:
-                    need, floor = self._need(job.problem, bool(job.small), bool(job.retime))
+                    need, floor = self._need(job.problem, bool(job.small), bool(job.retime), budget.budget)
                     if retry_need is not None:
                         need = max(need or 0, retry_need)
                     reason = forced_reason if alone else budget.why_alone(need)
@@ -742,8 +801,7 @@ class LocalExecutor(Executor):
                     mem["estimate_error"] = self._estimate_errors.get(key)
                 peak = mem.get("reference_peak_bytes")
                 if peak:
-                    with self._lock:
-                        self._ref_peaks[key] = max(self._ref_peaks.get(key, 0), int(peak))
+                    self._note_peak(key, int(peak))
             if not keep:
                 self._workers.discard(worker)
                 worker.kill()
@@ -896,6 +954,8 @@ class LocalExecutor(Executor):
                         budget = self._budgets.get(gpu if w.kind == "cuda" else "cpu")
                         if held is not None and budget is not None and held[0] is not None:
                             held[0] = regranted = budget.shrink(held[0], int(msg[1]))
+                    elif msg[0] == "peak":  # the reference's measured peak, before the candidate runs
+                        self._note_peak((job.problem.id, bool(job.small)), int(msg[1]))
                     elif msg[0] == "reference":  # computed before the candidate was loaded
                         w.ref_digests[msg[1]] = msg[2]
                     elif msg[0] == "result":

@@ -298,6 +298,25 @@ def regrant_cap(peak: int, grant: int | None, floor: int | None = None, compile_
     return need if need < grant else None
 
 
+def unmeasured_need(estimate: int, budget: int, margin: int = 2) -> int:
+    """What a job of a problem whose reference peak is not measured yet asks for: ``margin`` times the meta
+    device's estimate (which misses the reference's activations: gemm_bias_gelu's was 0.73x its measured
+    need), but at most the larger of 5/4 of the estimate and half the budget when that is less. At twice
+    its estimate, a KernelBench-size elementwise problem of level 1 asked for 131.7 of the H200's 141.5 GB
+    (its jobs peaked at 51.7 GB), so each such problem's first job waited until the card was empty, one
+    problem after another (100-324 s of admission each, GPU busy 15%). A job whose estimate fell short
+    runs out of its grant and is retried with twice as much (:func:`retry_admission`)."""
+    return min(margin * estimate, max(estimate * 5 // 4, budget // 2))
+
+
+def probes(need: int | None, budget: int) -> bool:
+    """Whether a job of an unmeasured problem asking for ``need`` goes alone among its problem's jobs until
+    the first of them has measured the reference's peak (``details.memory.probe_wait_s`` for the others):
+    above a quarter of the budget, where a few such grants fill the card that the measured need would
+    share; below that they wait for nothing."""
+    return need is not None and need > budget // 4
+
+
 def footprint(params: int, inputs: int, outputs: int, largest_input: int = 0) -> int:
     """Bytes one job holds at its peak, from one trial's sizes: the reference's and the candidate's
     parameters; the timing's inputs (trial 0's and a second sample, mixed into two tensor sets each

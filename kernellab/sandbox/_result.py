@@ -37,7 +37,8 @@ Every evaluation, whatever happened, ends as one dict with exactly :data:`RESULT
   ``alone`` (ran with no other job on the device), ``alone_reason`` (``no estimate``, ``need > the
   budget``, ``retry after <error_class>``; None when shared), ``reference_peak_bytes`` (CUDA: the reference's measured peak), ``peak_bytes`` (CUDA: the
   job's peak ``max_memory_allocated``), ``regrant_bytes`` (CUDA: the grant the job kept once its reference
-  peak was measured, when that was less).
+  peak was measured, when that was less), ``probe`` (the job measured an unmeasured problem's peak while
+  the problem's other jobs waited) and ``probe_wait_s`` (how long this job waited for such a probe).
 - ``early_stopped`` (bool, when timing ran): True when ``EvalJob.stop_above_ms`` stopped the timing
   after its first repetitions; ``median_ms``/``p20_ms``/``p80_ms``/``eager_ms`` then cover those only.
 - ``timing``: per callable (``candidate``, ``eager``) ``median_ms``, ``p20_ms``, ``p80_ms``, ``reps``

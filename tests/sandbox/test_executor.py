@@ -17,7 +17,16 @@ import pytest
 from kernellab import Problem
 from kernellab.sandbox import EvalJob, Limits, LocalExecutor, SandboxError, evaluate, is_infra
 from kernellab.sandbox._executor import BREAKER_FAILURES
-from kernellab.sandbox._gpu import MemoryBudget, RWLock, TooBig, estimate, estimate_bytes, retry_admission
+from kernellab.sandbox._gpu import (
+    MemoryBudget,
+    RWLock,
+    TooBig,
+    estimate,
+    estimate_bytes,
+    probes,
+    retry_admission,
+    unmeasured_need,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ADV = Path(__file__).resolve().parent / "adversarial"
@@ -207,14 +216,14 @@ def test_budget_is_an_executor_option_and_an_env_variable(monkeypatch):
 def test_a_job_larger_than_the_budget_runs_alone_and_one_too_big_is_infra():
     p = _tiny()
     need, floor = estimate(p, small=True)
-    # 0.6 of the device by the estimate: admitted at twice the estimate (no reference peak measured),
-    # which is more than the whole budget: alone
-    ex = LocalExecutor(cpu_workers=2, gpu_bytes=int(need / 0.6))
+    # 0.9 of the device by the estimate: admitted at 5/4 of it (no reference peak measured; twice the
+    # estimate would be more than half the budget, see unmeasured_need), which is more than the whole budget: alone
+    ex = LocalExecutor(cpu_workers=2, gpu_bytes=int(need / 0.9))
     try:
         r = evaluate(p, RELU, trials=2, timing=False, executor=ex)
         assert r["status"] == "correct", r["error_text"]
         mem = r["details"]["memory"]
-        assert mem["alone"] is True and mem["need_bytes"] == 2 * need and mem["grant_bytes"] == ex.gpu_bytes
+        assert mem["alone"] is True and mem["need_bytes"] == need * 5 // 4 and mem["grant_bytes"] == ex.gpu_bytes
         assert mem["alone_reason"] == "need > the budget" and mem["budget_bytes"] == ex.gpu_bytes
         assert not is_infra(r)
     finally:
@@ -252,6 +261,70 @@ def test_a_small_job_shares_the_device():
         ph = r["details"]["phase_s"]
         assert {"reference", "load", "compile", "follow", "kernel_share"} <= set(ph), ph
         assert "timing" not in ph and all(v >= 0 for v in ph.values())
+    finally:
+        ex.shutdown()
+
+
+def test_an_unmeasured_need_is_bounded_by_half_the_budget_or_five_quarters_of_the_estimate():
+    budget = 141_519_945_728  # the H200's budget in a bench
+    # KernelBench's level-1 elementwise problems (4096 x 393216): estimated 65.9 GB, their jobs peaked at 51.7 GB.
+    # At twice the estimate (131.7 GB) each one's first job waited for an empty card.
+    est = 65_867_350_016
+    assert unmeasured_need(est, budget) == est * 5 // 4 < budget - 51_700_000_000
+    assert unmeasured_need(10 * GIB_, budget) == 20 * GIB_  # small: twice, as before
+    assert unmeasured_need(40 * GIB_, budget) == budget // 2
+    assert probes(budget // 4 + 1, budget) and not probes(budget // 4, budget) and not probes(None, budget)
+
+
+GIB_ = 1 << 30
+
+
+def test_an_unmeasured_problems_large_jobs_wait_for_its_probe():
+    p = _tiny("tiny_probe")
+    need = estimate_bytes(p, small=True)
+    ex = LocalExecutor(cpu_workers=2, gpu_bytes=need * 4)  # twice the estimate is half the budget: probes
+    budget = ex._budgets["cpu"]
+    key = (p.id, True)
+    try:
+        job = EvalJob(p, RELU, small=True, trials=1, timing=False)
+        first, waited = ex._probe_turn(job, budget)
+        assert first is not None and waited < 0.5  # nobody probed this problem: this job does
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(ex._probe_turn(job, budget)))
+        t.start()
+        t.join(0.8)
+        assert t.is_alive() and not got  # the second job waits, holding no memory
+        ex._note_peak(key, need)  # the probe measured the reference's peak: the others go, with the measured need
+        t.join(5)
+        assert got and got[0][0] is None and got[0][1] >= 0.5
+        assert ex._probe_turn(job, budget)[0] is None  # measured: no more probes
+        # on the CPU no peak is measured: when the probe ends the others go with the estimate
+        p2 = _tiny("tiny_probe_cpu", forward="return torch.relu(x + x) + 1.0")
+        job2 = EvalJob(p2, RELU, small=True, trials=1, timing=False)
+        ev, _ = ex._probe_turn(job2, budget)
+        ex._end_probe((p2.id, True), ev, "cpu")
+        assert ex._probe_turn(job2, budget)[0] is None
+        # a small problem (its need at most a quarter of the budget) never waits for a probe
+        small_ex = LocalExecutor(cpu_workers=1, gpu_bytes=need * 16)
+        try:
+            assert small_ex._probe_turn(job, small_ex._budgets["cpu"]) == (None, pytest.approx(0.0, abs=0.5))
+        finally:
+            small_ex.shutdown()
+    finally:
+        ex.shutdown()
+
+
+def test_concurrent_jobs_of_an_unmeasured_problem_probe_once():
+    p = _tiny("tiny_probe_pool", forward="return torch.relu(2.0 * x) + 1.0")
+    need = estimate_bytes(p, small=True)
+    ex = LocalExecutor(cpu_workers=2, gpu_bytes=need * 4)
+    try:
+        futs = [ex.submit(EvalJob(p, RELU, small=True, trials=1, timing=False)) for _ in range(3)]
+        rs = [f.result(timeout=300) for f in futs]
+        assert all(r["status"] == "correct" for r in rs), [r["error_text"] for r in rs]
+        mems = [r["details"]["memory"] for r in rs]
+        assert sum(m["probe"] for m in mems) == 1, mems
+        assert all(m["probe_wait_s"] >= 0 for m in mems)
     finally:
         ex.shutdown()
 
