@@ -288,6 +288,12 @@ class ProfileGate:
             self._lock.acquire_read()
             self._mode = "read"
 
+    def unshare(self) -> None:
+        """The process does host-only work (a compiler) for a while: its share given up until :meth:`share`."""
+        if self._mode == "read":
+            self._lock.release_read()
+            self._mode = None
+
     @contextlib.contextmanager
     def exclusive(self):
         if self._lock is None:

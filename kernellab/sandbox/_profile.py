@@ -166,10 +166,22 @@ def run_gated(cmd: list[str], jobdir: Path, env: dict, timeout: float, gate: Any
     ``gate``, nothing is held while the process starts, the GPU is shared (``gate.share()``) from its "share"
     file (:func:`kernellab.sandbox._profile_target.ask`) and held alone (``gate.exclusive()``) from its "warm"
     file to its "done" file (or its end); a process that never asks to be alone shares it to its end; the
-    caller's gate releases the share (``ProfileGate.close``). The process learns it is gated from ``GATE_ENV``."""
+    caller's gate releases the share (``ProfileGate.close``). While shared, the process may give the share up for
+    host-only work and ask for it again (:class:`kernellab.sandbox._profile_target.GpuHold`: its numbered "off"
+    and "on" files). The process learns it is gated from ``GATE_ENV``."""
     if gate is None:
         return subprocess.run(cmd, cwd=jobdir, env=env, capture_output=True, text=True, timeout=timeout)
-    from ._profile_target import GATE_DONE, GATE_ENV, GATE_GO, GATE_READY, GATE_SHARE, GATE_SHARED
+    from ._profile_target import (
+        GATE_DONE,
+        GATE_ENV,
+        GATE_GO,
+        GATE_OFF,
+        GATE_ON,
+        GATE_ON_GRANTED,
+        GATE_READY,
+        GATE_SHARE,
+        GATE_SHARED,
+    )
 
     env = {**env, GATE_ENV: "1"}  # the process asks (``ask``) before it uses the GPU
 
@@ -191,7 +203,20 @@ def run_gated(cmd: list[str], jobdir: Path, env: dict, timeout: float, gate: Any
                 gate.share()
                 mark("wait_share")
                 (jobdir / GATE_SHARED).touch()
-            if _wait(proc, cmd, until, jobdir / GATE_READY):
+            k = 0
+            # shared until the process is warm (or ends), but for each host-only stretch it announces
+            while (_wait(proc, cmd, until, jobdir / GATE_READY, jobdir / GATE_OFF.format(k))
+                   and not (jobdir / GATE_READY).exists()):
+                mark("shared")
+                gate.unshare()
+                if not _wait(proc, cmd, until, jobdir / GATE_ON.format(k)):
+                    break
+                mark("off")
+                gate.share()
+                mark("wait_share")
+                (jobdir / GATE_ON_GRANTED.format(k)).touch()
+                k += 1
+            if proc.poll() is None and (jobdir / GATE_READY).exists():
                 mark("warm")
                 with gate.exclusive():
                     mark("wait_alone")
@@ -211,9 +236,10 @@ def run_gated(cmd: list[str], jobdir: Path, env: dict, timeout: float, gate: Any
         return subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
 
 
-def _wait(proc: subprocess.Popen, cmd: list[str], until: float, marker: Path | None = None) -> bool:
-    """Poll until the process ends or ``marker`` exists; whether it still runs. ``TimeoutExpired`` past ``until``."""
-    while proc.poll() is None and not (marker is not None and marker.exists()):
+def _wait(proc: subprocess.Popen, cmd: list[str], until: float, *markers: Path) -> bool:
+    """Poll until the process ends or one of ``markers`` exists; whether it still runs. ``TimeoutExpired`` past
+    ``until``."""
+    while proc.poll() is None and not any(m.exists() for m in markers):
         if time.monotonic() > until:
             raise subprocess.TimeoutExpired(cmd, 0)
         time.sleep(0.01)

@@ -14,10 +14,15 @@ ncu then reports ERR_NVGPUCTRPERM, which :func:`kernellab.sandbox.profile` turns
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import pickle
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 
 def main() -> None:
@@ -68,12 +73,67 @@ GATE_ENV = "KERNELLAB_GPU_GATE"  # "1" in a process run_gated gates: it asks bef
 GATE_SHARE, GATE_SHARED = "gate-share", "gate-shared"
 GATE_READY, GATE_GO, GATE_DONE = "gate-ready", "gate-go", "gate-done"
 GATE_WAIT_S = 900.0
+# numbered (``.format(k)``): host-only work begins without the share; it ends, the share asked for again
+GATE_OFF, GATE_ON, GATE_ON_GRANTED = "gate-off-{}", "gate-on-{}", "gate-on-granted-{}"
+
+
+class GpuHold:
+    """A gated process's side of ``run_gated``'s share once granted: :meth:`off` around host-only work (a
+    compiler), so that a timing waiting for the GPU does not wait for it, and :meth:`on_for` for what must
+    hold the GPU inside such work (a compiler's own benchmarks). The device is synchronised before the share
+    is given up, so none of this process's queued kernels runs while another job times."""
+
+    def __init__(self, jobdir: Path, shared: bool = True) -> None:
+        self.jobdir, self.shared, self.k = jobdir, shared, 0
+        self.off_s = 0.0  # seconds spent without the share
+
+    def release(self) -> bool:
+        if not self.shared:
+            return False
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        (self.jobdir / GATE_OFF.format(self.k)).touch()
+        self.shared = False
+        return True
+
+    def take(self) -> None:
+        if self.shared:
+            return
+        ask(self.jobdir, GATE_ON.format(self.k), GATE_ON_GRANTED.format(self.k))
+        self.k += 1
+        self.shared = True
+
+    @contextlib.contextmanager
+    def off(self) -> Iterator[None]:
+        t0 = time.monotonic()
+        released = self.release()
+        try:
+            yield
+        finally:
+            if released:
+                self.off_s += time.monotonic() - t0
+                self.take()
+
+    def on_for(self, fn: Callable) -> Callable:
+        """``fn`` with the share held: asked for again (and given up after) when called inside :meth:`off`."""
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.shared:
+                return fn(*args, **kwargs)
+            self.take()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.release()
+
+        return call
 
 
 def ask(jobdir: Path, request: str, grant: str) -> None:
     """Touch ``request`` in ``jobdir`` and wait for the parent's ``grant`` file (``run_gated`` on its side)."""
-    import time
-
     (jobdir / request).touch()
     until = time.monotonic() + GATE_WAIT_S
     while not (jobdir / grant).exists():

@@ -201,6 +201,53 @@ def test_profiling_holds_the_gpu_alone_only_for_the_profiled_forward(tmp_path):
     assert lock.state == (0, False, 0)
 
 
+def test_a_gated_process_gives_the_share_up_for_host_work_and_takes_it_for_benchmarks(tmp_path):
+    # the Inductor seed's child: its compile (host work) is off the GPU, the compiler's benchmarks on it
+    import os
+    import sys
+
+    from kernellab.sandbox._executor import ProfileGate
+    from kernellab.sandbox._profile import run_gated
+
+    lock = RWLock()
+    gate = ProfileGate("0", lock)
+    script = textwrap.dedent(f"""
+        import pathlib, time
+        from kernellab.sandbox._profile_target import GATE_SHARE, GATE_SHARED, GpuHold, ask
+        d = pathlib.Path({str(tmp_path)!r})
+        ask(d, GATE_SHARE, GATE_SHARED)
+        hold = GpuHold(d)
+        time.sleep(0.5)            # builds the problem: shared
+        with hold.off():
+            time.sleep(0.5)        # compiles: nothing held
+            hold.on_for(time.sleep)(0.5)  # a benchmark inside the compile: shared
+            time.sleep(0.5)        # compiles on: nothing held
+        time.sleep(0.5)            # runs what it compiled: shared
+    """)
+    seen: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            r = lock.state[0]
+            if not seen or seen[-1] != r:
+                seen.append(r)
+            time.sleep(0.01)
+
+    t = threading.Thread(target=sample)
+    t.start()
+    try:
+        run = run_gated([sys.executable, "-c", script], tmp_path, dict(os.environ), 60.0, gate)
+        gate.close()
+    finally:
+        done.set()
+        t.join()
+    assert run.returncode == 0, run.stderr
+    assert seen == [0, 1, 0, 1, 0, 1], seen  # shared, off, a benchmark, off, shared to the end
+    assert lock.state == (0, False, 0)  # the caller's gate gave the last share up
+    assert gate.seconds["off"] >= 0.8 and gate.seconds["shared"] >= 0.9, gate.seconds
+
+
 def test_a_profile_starting_up_lets_timings_run(tmp_path):
     # the old gate took the reader's hold as ncu started: a timing waited out the whole start-up, and the readers
     # queued behind that timing waited too
