@@ -116,6 +116,17 @@ class GpuHold:
                 self.off_s += time.monotonic() - t0
                 self.take()
 
+    def off_for(self, fn: Callable) -> Callable:
+        """``fn`` run inside :meth:`off` (:func:`kernellab.sandbox._worker.release_for_inductor` wraps with it)."""
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self.off():
+                return fn(*args, **kwargs)
+
+        call._kernellab_off_gpu = True
+        return call
+
     def on_for(self, fn: Callable) -> Callable:
         """``fn`` with the share held: asked for again (and given up after) when called inside :meth:`off`."""
 

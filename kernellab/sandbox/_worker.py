@@ -65,6 +65,7 @@ class Worker:
         except Exception:  # pragma: no cover
             pass
         self.reading = False
+        self.off = False  # inside off_gpu: the hold given up for host work
         self.main_thread = threading.current_thread()
         if self.device_kind == "cuda":
             release_for_compiles(self)
@@ -117,12 +118,31 @@ class Worker:
                 return fn(*args, **kwargs)
             self.torch.cuda.synchronize()
             self.unread()
+            self.off = True
             try:
                 return fn(*args, **kwargs)
             finally:
+                self.off = False
                 self.read()
 
         call._kernellab_off_gpu = True
+        return call
+
+    def on_gpu(self, fn: Any) -> Any:
+        """``fn`` with the shared hold, asked for again (and given up after, the device synchronised) when it is
+        called inside :meth:`off_gpu`: what a compiler runs on the GPU while it compiles (its benchmarks)."""
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not self.off or threading.current_thread() is not self.main_thread:
+                return fn(*args, **kwargs)
+            self.read()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.torch.cuda.synchronize()
+                self.unread()
+
         return call
 
     def limit_gpu_memory(self, grant: int | None) -> None:
@@ -193,19 +213,7 @@ def release_for_compiles(worker: Worker) -> list[str]:
     during which a timing waiting for the GPU went on waiting (py-spy on a 4-job bench: one slot running,
     three waiting for the lock). Returns the names wrapped. Inductor compiles in this process (one
     compile thread, set in the worker's environment), so its compiles are seen here too."""
-    done = []
-    try:
-        import triton
-        import triton.compiler as tc
-        import triton.compiler.compiler as tcc
-    except Exception:  # pragma: no cover - no triton
-        return done
-    orig = tcc.compile
-    wrapped = worker.off_gpu(orig)
-    for mod in (tcc, tc, triton):
-        if getattr(mod, "compile", None) is orig:
-            mod.compile = wrapped
-            done.append(f"{mod.__name__}.compile")
+    done = release_for_triton(worker.off_gpu) + release_for_inductor(worker.off_gpu, worker.on_gpu)
     try:
         import importlib.util
 
@@ -219,6 +227,56 @@ def release_for_compiles(worker: Worker) -> list[str]:
                     done.append(f"cupy.cuda.compiler.{name}")
     except Exception:  # pragma: no cover - a broken CuPy install: its compiles keep the hold
         pass
+    return done
+
+
+def release_for_triton(off: Any) -> list[str]:
+    """Triton's ``compile`` wrapped in ``off`` wherever it is looked up; returns the names wrapped."""
+    done: list[str] = []
+    try:
+        import triton
+        import triton.compiler as tc
+        import triton.compiler.compiler as tcc
+    except Exception:  # pragma: no cover - no triton
+        return done
+    orig = tcc.compile
+    if getattr(orig, "_kernellab_off_gpu", False):
+        return done
+    wrapped = off(orig)
+    for mod in (tcc, tc, triton):
+        if getattr(mod, "compile", None) is orig:
+            mod.compile = wrapped
+            done.append(f"{mod.__name__}.compile")
+    return done
+
+
+def release_for_inductor(off: Any, on: Any) -> list[str]:
+    """Inductor's graph compile (``compile_fx``, which ``torch.compile``'s default backend looks up when it
+    compiles: the baseline's and a re-timing's torch.compile of the reference, a candidate's own) wrapped in
+    ``off`` -- Dynamo's trace is done by then, the lowering and code generation are host work (5-15 s at
+    KernelBench's sizes on the H200, a read that every waiting timing waited out) -- and what it runs on the
+    GPU meanwhile in ``on``: its benchmarks, and pad_mm's padded-or-not choice, which makes its inputs on the
+    device before it benchmarks. Returns the names wrapped."""
+    done: list[str] = []
+    try:
+        import torch._inductor.compile_fx as cfx
+        from torch._inductor.runtime import benchmarking
+    except Exception:  # pragma: no cover - no Inductor: nothing of it to wrap
+        return done
+    if not getattr(cfx.compile_fx, "_kernellab_off_gpu", False):
+        cfx.compile_fx = off(cfx.compile_fx)
+        done.append("torch._inductor.compile_fx.compile_fx")
+    bm = benchmarking.benchmarker
+    bm.benchmark_gpu = on(bm.benchmark_gpu)
+    done.append("torch._inductor benchmarker.benchmark_gpu")
+    try:
+        from torch._inductor.fx_passes import pad_mm
+    except ImportError:  # pragma: no cover
+        return done
+    for name in ("_should_pad", "should_pad_bench"):
+        if callable(getattr(pad_mm, name, None)):
+            setattr(pad_mm, name, on(getattr(pad_mm, name)))
+            done.append(f"pad_mm.{name}")
     return done
 
 

@@ -149,6 +149,60 @@ def test_a_compile_gives_up_the_gpus_shared_hold_and_takes_it_back():
     assert Worker.off_gpu(w, lambda: lock.state)() == (0, False, 0)
 
 
+def test_inductors_compile_is_host_work_and_its_benchmarks_hold_the_gpu():
+    lock = RWLock()
+    w = _Holder(lock)
+    w.off = False
+    w.read()
+    seen = []
+    bench = Worker.on_gpu(w, lambda: seen.append(lock.state))
+
+    def compile_fx() -> str:  # the lowering, a benchmark of pad_mm's, more lowering
+        seen.append(lock.state)
+        bench()
+        seen.append(lock.state)
+        return "code"
+
+    assert Worker.off_gpu(w, compile_fx)() == "code"
+    assert seen == [(0, False, 0), (1, False, 0), (0, False, 0)]
+    assert lock.state == (1, False, 0) and w.reading  # the hold back for what was compiled
+    Worker.on_gpu(w, lambda: seen.append(lock.state))()  # outside a compile: the hold as it is
+    assert seen[-1] == (1, False, 0) and lock.state == (1, False, 0)
+    w.unread()
+
+
+def test_release_for_inductor_wraps_what_torch_compile_looks_up_when_it_compiles():
+    # in a child: the wrappers patch torch's modules process-wide
+    import subprocess
+    import sys
+
+    script = textwrap.dedent("""
+        import inspect, torch
+        import torch._inductor.compile_fx as cfx
+        from torch._inductor.runtime import benchmarking
+        from kernellab.sandbox._worker import release_for_inductor
+        calls = []
+        def off(fn):
+            def call(*a, **k):
+                calls.append("off"); return fn(*a, **k)
+            call._kernellab_off_gpu = True
+            return call
+        def on(fn):
+            def call(*a, **k):
+                calls.append("on"); return fn(*a, **k)
+            return call
+        names = release_for_inductor(off, on)
+        assert "torch._inductor.compile_fx.compile_fx" in names, names
+        assert release_for_inductor(off, on)[:1] != ["torch._inductor.compile_fx.compile_fx"]  # not twice
+        # torch.compile's default backend imports compile_fx when it compiles: it finds the wrapped one
+        src = inspect.getsource(torch._TorchCompileInductorWrapper.__call__)
+        assert "from torch._inductor.compile_fx import compile_fx" in src, src
+        print("ok", len(names))
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stderr[-2000:]
+
+
 def test_the_compile_hold_release_is_bounded_to_the_main_thread():
     lock = RWLock()
     w = _Holder(lock)

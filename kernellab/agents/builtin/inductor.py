@@ -180,16 +180,21 @@ def generate(problem: Problem, device: str, small: bool) -> tuple[str, dict]:
         raise InductorSeedError("no CUDA device visible")
     if device == "cpu":
         _cpu_triton()
+    import torch._inductor.compile_fx as cfx
     import torch._inductor.config as ic
-    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+    from torch._inductor.compile_fx import compile_fx_inner
     from torch._inductor.utils import run_and_get_code
 
     from kernellab.sandbox._profile_target import GATE_ENV, GATE_SHARE, GATE_SHARED, GpuHold, ask
+    from kernellab.sandbox._worker import release_for_inductor, release_for_triton
 
     hold = None
     if os.environ.get(GATE_ENV) == "1":  # the GPU from here on, shared (inductor_seed's gate)
         ask(Path.cwd(), GATE_SHARE, GATE_SHARED)
-        hold = _hold_off_for_compiles(GpuHold(Path.cwd()))
+        hold = GpuHold(Path.cwd())
+        # Inductor's lowering and Triton's compiles (seconds of host work) without the share, its benchmarks with it
+        release_for_inductor(hold.off_for, hold.on_for)
+        release_for_triton(hold.off_for)
     inst = instantiate(problem, small=small, seed=0, device=device)
     model, inputs = inst.model, inst.inputs
     saved = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
@@ -218,10 +223,7 @@ def generate(problem: Problem, device: str, small: bool) -> tuple[str, dict]:
             rec["aot_outputs"] = len(out_node.args[0]) if isinstance(out_node.args[0], (list, tuple)) else 1
             return compile_fx_inner(gm2, ex2, **kw)
 
-        if hold is None:
-            return compile_fx(gm, example_inputs, inner_compile=inner)
-        with hold.off():  # Inductor's lowering and Triton's compiles: seconds of host work
-            return compile_fx(gm, example_inputs, inner_compile=inner)
+        return cfx.compile_fx(gm, example_inputs, inner_compile=inner)  # looked up now: gated, it gives the share up
 
     torch.manual_seed(1234)
     # layout_optimization off: by default Inductor turns the convs of a graph channels-last, so cuDNN picks
@@ -267,25 +269,6 @@ def generate(problem: Problem, device: str, small: bool) -> tuple[str, dict]:
                         torch_version=torch.__version__, mode=getattr(inst.module, "MODE", "train"))
     _self_check(problem, source, inst, saved, out, small, device)
     return source, meta
-
-
-def _hold_off_for_compiles(hold: Any) -> Any:
-    """``hold`` with what Inductor runs on the GPU while it compiles made to hold the share again: its
-    benchmarks (``benchmarker.benchmark_gpu``: autotuning), and pad_mm's padded-or-not choice, which makes
-    its inputs on the device before it benchmarks (``_should_pad``, ``should_pad_bench`` in older torch).
-    Everything else of a default-mode compile is host work."""
-    from torch._inductor.runtime import benchmarking
-
-    bm = benchmarking.benchmarker
-    bm.benchmark_gpu = hold.on_for(bm.benchmark_gpu)
-    try:
-        from torch._inductor.fx_passes import pad_mm
-    except ImportError:  # pragma: no cover - another torch: its benchmarks still go through the benchmarker
-        return hold
-    for name in ("_should_pad", "should_pad_bench"):
-        if callable(getattr(pad_mm, name, None)):
-            setattr(pad_mm, name, hold.on_for(getattr(pad_mm, name)))
-    return hold
 
 
 def _self_check(problem: Problem, source: str, inst: Any, saved: dict, compiled_out: Any, small: bool,
