@@ -325,3 +325,5 @@ def test_the_seed_compiles_sharing_the_gpu_and_never_beside_a_timing(tmp_path) -
     assert gates[0].seconds.get("off", 0) > 0 and gates[0].seconds.get("shared", 0) > 0, gates[0].seconds
     assert lock._readers == 0 and not lock._writer
     assert code.origin == "inductor" and code.meta["inductor"]["triton_kernels"]
+    secs = code.meta["inductor"]["seconds"]  # where the seed's time went, kept with the candidate
+    assert secs["off"] == gates[0].seconds["off"] and secs["total"] >= secs["off"] + secs["shared"], secs

@@ -43,6 +43,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -86,14 +87,20 @@ def inductor_seed(problem: Problem, device: str, small: bool | None = None, time
     from kernellab.sandbox import run_gated
 
     cmd = [sys.executable, "-c", "from kernellab.agents.builtin.inductor import main; main()"]
+    # where the seed's time went (``meta.inductor.seconds``): the admission, then run_gated's marks (``start``: the
+    # child's imports, ``shared``/``off``: with and without the GPU's share, ``report``: after the GPU work)
+    seconds: dict[str, float] = {}
+    t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kernellab-inductor-") as tmp:
         Path(tmp, REQUEST).write_text(payload)
         try:
             with gate(problem, small=small) if gate is not None else contextlib.nullcontext() as g:
                 held = g if g is not None and g.gpu is not None else None  # no GPU visible: nothing to share
+                seconds["admission"] = round(time.monotonic() - t0, 3)
                 if held is not None:
                     env["CUDA_VISIBLE_DEVICES"] = held.gpu
                 proc = run_gated(cmd, Path(tmp), env, timeout, held)
+                seconds.update(getattr(held, "seconds", None) or {})
         except subprocess.TimeoutExpired:
             raise InductorSeedError(f"torch.compile of {problem.name} took over {timeout:.0f} s") from None
     answer = None
@@ -110,6 +117,7 @@ def inductor_seed(problem: Problem, device: str, small: bool | None = None, time
     if not answer.get("ok"):
         raise InductorSeedError(answer.get("reason") or "unknown reason")
     meta = answer["meta"]
+    meta["seconds"] = {**seconds, "total": round(time.monotonic() - t0, 3)}
     n = len(meta.get("triton_kernels") or [])
     return Code(source=answer["source"], action=f"seed: torch.compile (Inductor) code, {n} Triton kernel(s)",
                 language="triton", origin="inductor", model="inductor", meta={"inductor": meta})
