@@ -16,7 +16,8 @@ def step_times(store: Any, campaign: str) -> dict:
     another, such as the planner's reference profile, is not in its parent's sum twice but under
     ``parts``), ``parts`` (labelled steps: the Inductor seed's compile, the reference profile) and
     ``evaluation_phases`` (the evaluations' wall seconds by sandbox phase: load, reference, baseline,
-    compile, timing, waits for the GPU's lock...). Seconds of parallel tasks (``code``) add up."""
+    compile, timing, waits for the GPU's lock...) and ``inductor_seeds`` (each seed's seconds by part, as its
+    candidate keeps them). Seconds of parallel tasks (``code``) add up."""
     camp = store.get_campaign(campaign)
     if camp is None:
         raise CampaignError(f"no campaign {campaign!r}")
@@ -41,8 +42,13 @@ def step_times(store: Any, campaign: str) -> dict:
             phases[ph] = phases.get(ph, 0.0) + float(v)
     rnd = lambda rows: [{**r, "seconds": round(r["seconds"], 3), "max_s": round(r["max_s"], 3)}  # noqa: E731
                         for r in sorted(rows, key=lambda r: -r["seconds"])]
+    # each Inductor seed's own account (its candidate's meta.inductor.seconds): admission, the child's imports,
+    # its time with and without the GPU's share
+    seeds = [{"candidate_id": c["id"], "seconds": ((c.get("meta") or {}).get("inductor") or {}).get("seconds")}
+             for c in store.candidates(camp["id"]) if c.get("origin") == "inductor"]
     return {"campaign": camp["name"], "steps": rnd(steps.values()), "parts": rnd(parts.values()),
-            "evaluation_phases": {k: round(v, 3) for k, v in sorted(phases.items(), key=lambda kv: -kv[1])}}
+            "evaluation_phases": {k: round(v, 3) for k, v in sorted(phases.items(), key=lambda kv: -kv[1])},
+            "inductor_seeds": [s for s in seeds if s["seconds"]]}
 
 
 def step_times_line(summary: dict, n: int = 6) -> str:
@@ -58,6 +64,9 @@ def format_step_times(summary: dict) -> str:
         for p in summary["parts"]:
             if p["step"] == r["step"]:
                 lines.append(f"    {p['label']:<28} {p['seconds']:9.1f} s  {p['count']:4d} x, longest {p['max_s']:.1f} s")
+    for seed in summary.get("inductor_seeds") or []:
+        lines.append(f"  Inductor seed {seed['candidate_id'][:10]} by part: "
+                     + ", ".join(f"{k} {v:.1f} s" for k, v in seed["seconds"].items()))
     if summary["evaluation_phases"]:
         lines.append("  evaluations by sandbox phase: "
                      + ", ".join(f"{k} {v:.1f} s" for k, v in summary["evaluation_phases"].items()))

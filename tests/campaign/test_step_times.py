@@ -64,8 +64,10 @@ def test_a_cpu_campaign_records_the_seconds_of_each_step(tmp_path: Path, monkeyp
     assert parts[("code", "Inductor seed")]["seconds"] == pytest.approx(inductor[0]["seconds"], abs=0.01)
     assert ("plan", "reference profile") in parts
     assert summary["evaluation_phases"]["reference"] > 0
+    (seed,) = summary["inductor_seeds"]  # the seed's own account, kept with its candidate
+    assert seed["seconds"]["total"] > 0 and "admission" in seed["seconds"], seed
     text = format_step_times(summary)
-    assert "Inductor seed" in text and "evaluations by sandbox phase" in text
+    assert "Inductor seed" in text and "evaluations by sandbox phase" in text and "by part: admission" in text
     store.close()
 
     sys.path.insert(0, str(ROOT / "experiments"))
