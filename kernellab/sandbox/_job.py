@@ -33,6 +33,7 @@ from kernellab.vocab import SEED, ConfigError, apply_config
 
 from ._guard import ForwardWatch, StateSnapshot, _reference_classes
 from ._measure import _baseline, _compile_reference, _kernel_share, _timing
+from ._protocol import Msg
 from ._reference import _InfraFault, _ProblemFault, _reference
 from ._result import (
     Incorrect,
@@ -70,7 +71,7 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
         d["instance"] = instance_sizes(job["problem"], job["small"])
         if w.device_kind == "cuda":
             mem["reference_peak_bytes"] = torch.cuda.max_memory_allocated(w.device)
-            w.send("peak", mem["reference_peak_bytes"])  # the jobs waiting for this problem's probe go now
+            w.send(Msg.PEAK, mem["reference_peak_bytes"])  # the jobs waiting for this problem's probe go now
         if job.get("need_baseline") and w.device_kind == "cuda" and job.get("timing", True):
             w.phase("baseline")
             d["baseline_measured"] = _baseline(w, state)

@@ -26,6 +26,7 @@ from kernellab.vocab import VERSION_KEYS
 
 from ._api import EvalJob, Limits
 from ._gpu import POISON_CAP
+from ._protocol import Msg
 from ._result import empty_result, reference_key, truncate
 from ._slots import _Worker
 
@@ -165,7 +166,7 @@ class _JobLoop:
         result: dict | None = None
         keep = True
         try:
-            w.conn.send(("job", payload))
+            w.conn.send((Msg.JOB, payload))
             while result is None:
                 timeout = max(0.0, deadline - time.monotonic())
                 try:
@@ -175,13 +176,13 @@ class _JobLoop:
                     msg, ready = None, False
                     w.proc.wait(timeout=30)
                 if msg is not None:
-                    if msg[0] == "phase":
+                    if msg[0] == Msg.PHASE:
                         now = time.monotonic()
                         phase, deadline = msg[1], now + limits.of(msg[1])
                         spans.switch(phase)
                         if phase == "compile":  # the candidate's first call
                             clock.start(now)
-                    elif msg[0] == "lock":  # the GPU to itself: timing
+                    elif msg[0] == Msg.LOCK:  # the GPU to itself: timing
                         clock.pause()
                         if reading:  # never wait for the writer lock while holding a read
                             lock.release_read()
@@ -192,14 +193,14 @@ class _JobLoop:
                         locked = True
                         clock.hold()
                         phase, deadline = "timing", time.monotonic() + limits.of("timing")
-                        w.conn.send(("go",))
-                    elif msg[0] == "unlock":
+                        w.conn.send((Msg.GO,))
+                    elif msg[0] == Msg.UNLOCK:
                         if locked:
                             lock.release_write()
                             locked = False
                         spans.switch("after_timing")
                         clock.release()
-                    elif msg[0] == "read":  # shared GPU work; the wait does not count against the phase
+                    elif msg[0] == Msg.READ:  # shared GPU work; the wait does not count against the phase
                         if lock is not None and not reading and not locked:
                             t0 = time.monotonic()
                             clock.pause()
@@ -209,20 +210,20 @@ class _JobLoop:
                             reading = True
                             clock.resume()
                             deadline += time.monotonic() - t0
-                        w.conn.send(("go",))
-                    elif msg[0] == "unread":
+                        w.conn.send((Msg.GO,))
+                    elif msg[0] == Msg.UNREAD:
                         if reading:
                             lock.release_read()
                             reading = False
-                    elif msg[0] == "regrant":  # the worker capped itself at its measured need
+                    elif msg[0] == Msg.REGRANT:  # the worker capped itself at its measured need
                         budget = self._budgets.get(gpu if w.kind == "cuda" else "cpu")
                         if held is not None and budget is not None and held[0] is not None:
                             held[0] = regranted = budget.shrink(held[0], int(msg[1]))
-                    elif msg[0] == "peak":  # the reference's measured peak, before the candidate runs
+                    elif msg[0] == Msg.PEAK:  # the reference's measured peak, before the candidate runs
                         self._note_peak((job.problem.id, bool(job.small)), int(msg[1]))
-                    elif msg[0] == "reference":  # computed before the candidate was loaded
+                    elif msg[0] == Msg.REFERENCE:  # computed before the candidate was loaded
                         w.ref_digests[msg[1]] = msg[2]
-                    elif msg[0] == "result":
+                    elif msg[0] == Msg.RESULT:
                         result, keep = msg[1], not msg[2]
                     continue
                 if w.proc.poll() is not None:

@@ -33,6 +33,7 @@ from ._check import (
     trial_atol,
 )
 from ._gpu import FP_CHUNK
+from ._protocol import Msg
 from ._result import (
     is_oom,
     reference_key,
@@ -265,7 +266,7 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
             made = cache.put(key, [tr.ref for tr in trials], timing["final_ref"] if timing else None,
                              [tr.prints for tr in trials], ref_prints, cap, nulls)
             if made is not None:
-                w.send("reference", key, made.digest)  # before any candidate runs: the executor vouches for it
+                w.send(Msg.REFERENCE, key, made.digest)  # before any candidate runs: the executor vouches for it
     except (_ProblemFault, _InfraFault):
         raise
     except Exception as exc:

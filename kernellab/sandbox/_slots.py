@@ -30,6 +30,7 @@ from pathlib import Path
 from ._api import Limits
 from ._env import protect_parent, worker_env
 from ._gpu import GIB, MemoryBudget
+from ._protocol import Msg
 from ._result import infra_result, truncate
 
 
@@ -87,7 +88,7 @@ class _Worker:
                 self.kill()
                 raise RuntimeError(f"sandbox worker failed to start (exit {self.proc.returncode}): {tail}")
         msg = self.conn.recv()
-        if msg[0] != "ready":
+        if msg[0] != Msg.READY:  # Msg.FAILED (its traceback), or anything else
             self.kill()
             raise RuntimeError(f"sandbox worker failed to start: {truncate(str(msg[1]), 2000)}")
         self.info = msg[1]
@@ -120,7 +121,7 @@ class _Worker:
 
     def stop(self) -> None:
         try:
-            self.conn.send(("exit",))
+            self.conn.send((Msg.EXIT,))
             self.proc.wait(timeout=10)
         except Exception:
             pass
