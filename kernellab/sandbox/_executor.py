@@ -47,6 +47,7 @@ from ._admission import _Admission
 from ._api import EvalJob, Executor, Limits, ProfileGate, SandboxError, check_job
 from ._gpu import MemoryBudget, RWLock
 from ._jobloop import _JobLoop
+from ._protocol import MAX_JOBS_PER_WORKER
 from ._result import infra_result
 from ._slots import (
     _SENTINEL,
@@ -77,7 +78,7 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
     candidate cannot starve its neighbours."""
 
     def __init__(self, workers_per_gpu: int | None = None, cpu_workers: int | None = None,
-                 limits: Limits | None = None, max_jobs_per_worker: int = 50,
+                 limits: Limits | None = None, max_jobs_per_worker: int = MAX_JOBS_PER_WORKER,
                  cpu_memory_gb: float | None = 8.0, gpu_bytes: int | None = None,
                  ref_cache_bytes: int | None = None) -> None:
         ncpu = os.cpu_count() or 2

@@ -33,7 +33,7 @@ from kernellab.vocab import SEED, ConfigError, apply_config
 
 from ._guard import ForwardWatch, StateSnapshot, _reference_classes
 from ._measure import _baseline, _compile_reference, _kernel_share, _timing
-from ._protocol import Msg
+from ._protocol import JobSpec, Msg
 from ._reference import _InfraFault, _ProblemFault, _reference
 from ._result import (
     Incorrect,
@@ -49,8 +49,8 @@ from ._trials import _follow, _trials
 _RESTART = {"timeout", "crash", "rejected"}
 
 
-def run_job(w: Any, job: dict) -> tuple[dict, bool]:
-    r = empty_result(job.get("config"))
+def run_job(w: Any, job: JobSpec) -> tuple[dict, bool]:
+    r = empty_result(job.config)
     d = r["details"]
     r["device"] = w.info["device"]
     r["versions"] = w.info["versions"]
@@ -64,35 +64,35 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
     mem = d.setdefault("memory", {})
     try:
         phase = "reference"
-        w.limit_gpu_memory(job.get("gpu_grant_bytes"))
+        w.limit_gpu_memory(job.gpu_grant_bytes)
         w.read()
         w.phase("reference")
         _reference(w, job, state, d)
-        d["instance"] = instance_sizes(job["problem"], job["small"])
+        d["instance"] = instance_sizes(job.problem, job.small)
         if w.device_kind == "cuda":
             mem["reference_peak_bytes"] = torch.cuda.max_memory_allocated(w.device)
             w.send(Msg.PEAK, mem["reference_peak_bytes"])  # the jobs waiting for this problem's probe go now
-        if job.get("need_baseline") and w.device_kind == "cuda" and job.get("timing", True):
+        if job.need_baseline and w.device_kind == "cuda" and job.timing:
             w.phase("baseline")
             d["baseline_measured"] = _baseline(w, state)
-        elif job.get("time_compile") and w.device_kind == "cuda" and job.get("timing", True):
+        elif job.time_compile and w.device_kind == "cuda" and job.timing:
             w.phase("baseline")
             _compile_reference(w, state, d)
-        if job.get("prepare_only"):  # the reference and the baseline were the point: no candidate
+        if job.prepare_only:  # the reference and the baseline were the point: no candidate
             raise _Prepared()
         phase = "load"
         w.read()  # the baseline's timing gave it up
-        w.regrant(job.get("gpu_grant_bytes"), job.get("regrant_floor_bytes"), bool(job.get("time_compile")))
+        w.regrant(job.gpu_grant_bytes, job.regrant_floor_bytes, bool(job.time_compile))
         w.phase("load")
         state["snapshot"] = StateSnapshot()
-        name = f"kernellab_candidate_{job['job_id']}"
+        name = f"kernellab_candidate_{job.job_id}"
         names.append(name)
         from ._load import load_module
 
-        mod = load_module(job["source"], jobdir, name)
+        mod = load_module(job.source, jobdir, name)
         if w.device_kind == "cuda":  # an Inductor-generated candidate's launches (the interpreter counts them already)
             w.counter.hook_inductor()
-        _apply_config(mod, job.get("config"))
+        _apply_config(mod, job.config)
         cls = getattr(mod, "ModelNew", None)
         if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
             raise _LoadError("missing_modelnew", "the candidate defines no class ModelNew(torch.nn.Module)")
@@ -103,7 +103,7 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
         w.phase("compile")
         _trials(w, job, state, model, d, r, first_phase_done=lambda: w.phase("check"))
         phase = "check"
-        if job.get("timing", True):
+        if job.timing:
             phase = "timing"
             w.read()  # the timing's input copies are made before it takes the writer lock
             _timing(w, job, state, model, d, r)
@@ -166,7 +166,7 @@ def run_job(w: Any, job: dict) -> tuple[dict, bool]:
             except BaseException:
                 restart = True
         w.unread()  # after the job's last GPU work, freeing included
-    restart = restart or r["status"] in _RESTART or w.jobs >= int(job.get("max_jobs", 50))
+    restart = restart or r["status"] in _RESTART or w.jobs >= int(job.max_jobs)
     if r["error_text"]:
         r["error_text"] = truncate(r["error_text"])
     return r, restart

@@ -26,7 +26,7 @@ from kernellab.vocab import VERSION_KEYS
 
 from ._api import EvalJob, Limits
 from ._gpu import POISON_CAP
-from ._protocol import Msg
+from ._protocol import JobSpec, Msg
 from ._result import empty_result, reference_key, truncate
 from ._slots import _Worker
 
@@ -146,16 +146,15 @@ class _JobLoop:
                        held: list | None = None, regrant_floor: int | None = None) -> tuple[dict, bool]:
         """Run ``job`` on ``w``. ``held``: a one-item list with the job's grant, which a ``regrant`` from the
         worker shrinks (on the budget of the job's place) and ``_evaluate`` then releases."""
-        payload = {"job_id": job_id, "problem": job.problem, "source": job.source, "config": job.config,
-                   "small": job.small, "trials": job.trials, "timing": job.timing, "need_baseline": need,
-                   "max_jobs": self.max_jobs_per_worker, "timing_target_ms": job.timing_target_ms,
-                   "stop_above_ms": job.stop_above_ms, "time_compile": bool(job.retime), "gpu_grant_bytes": grant,
-                   "regrant_floor_bytes": regrant_floor,
-                   "poison_cap": min(POISON_CAP, grant // 8) if grant else POISON_CAP, "prepare_only": job.prepare,
-                   # a re-timing's printed numbers come from reference outputs computed in its own job
-                   "reuse_reference": not job.retime, "ref_cache_bytes": self.ref_cache_bytes,
-                   "ref_digest": None if job.retime else w.ref_digests.get(
-                       reference_key(job.problem.id, bool(job.small), job.trials, job.timing))}
+        payload = JobSpec(job_id=job_id, problem=job.problem, source=job.source, config=job.config, small=job.small,
+                          trials=job.trials, timing=job.timing, need_baseline=need, max_jobs=self.max_jobs_per_worker,
+                          timing_target_ms=job.timing_target_ms, stop_above_ms=job.stop_above_ms,
+                          time_compile=bool(job.retime), gpu_grant_bytes=grant, regrant_floor_bytes=regrant_floor,
+                          poison_cap=min(POISON_CAP, grant // 8) if grant else POISON_CAP, prepare_only=job.prepare,
+                          # a re-timing's printed numbers come from reference outputs computed in its own job
+                          reuse_reference=not job.retime, ref_cache_bytes=self.ref_cache_bytes,
+                          ref_digest=None if job.retime else w.ref_digests.get(
+                              reference_key(job.problem.id, bool(job.small), job.trials, job.timing)))
         clock = _GpuClock()
         offset = w.log_size()
         lock = self._gpu_locks.get(gpu) if w.kind == "cuda" else None

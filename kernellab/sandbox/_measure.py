@@ -23,6 +23,7 @@ from ._check import (
     clone_all,
     compare,
 )
+from ._protocol import JobSpec
 from ._reference import _FINAL_TRIAL, FRESH_EVERY, _Fresh, _InfraFault, _reseed, _sync
 from ._result import (
     Incorrect,
@@ -87,7 +88,7 @@ def _compile_reference(w: Any, state: dict, d: dict) -> None:
     state["compiled"] = compiled
 
 
-def _timing(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict) -> None:
+def _timing(w: Any, job: JobSpec, state: dict, model: Any, d: dict, r: dict) -> None:
     """Time the candidate against eager, on fresh inputs before each repetition (see _Fresh), then
     check the last timed output; ``job``'s ``timing_target_ms`` (a cheaper timing) and
     ``stop_above_ms`` (early stop on the first repetitions' median) go to the timing functions."""
@@ -96,7 +97,7 @@ def _timing(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict) -> Non
     fc, fr = _Fresh(x, state["timing"]["base"], SEED + 7), _Fresh(x, state["timing"]["base"], SEED + 7)
     ref_model = state["ref_model"]
     watch = state["watch"]
-    target_ms, stop_above = job.get("timing_target_ms"), job.get("stop_above_ms")
+    target_ms, stop_above = job.timing_target_ms, job.stop_above_ms
     last: dict[str, Any] = {}
 
     def cand() -> Any:

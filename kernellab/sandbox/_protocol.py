@@ -7,7 +7,7 @@ checkout pickle and unpickle it by value.
 
 executor -> worker (:data:`TO_WORKER`):
 
-  ``(JOB, payload)``       ``_jobloop``: run this job (the payload dict ``_job.run_job`` reads); answered by RESULT
+  ``(JOB, spec)``          ``_jobloop``: run this job (a :class:`JobSpec`, read by ``_job.run_job``); answered by RESULT
   ``(GO,)``                ``_jobloop``: the READ or LOCK the worker asked for is granted
   ``(EXIT,)``              ``_slots._Worker.stop``: leave the serve loop and exit
 
@@ -31,6 +31,11 @@ that no side sends a bare string.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernellab.problem import Problem
 
 
 class Msg(str, enum.Enum):
@@ -55,3 +60,40 @@ class Msg(str, enum.Enum):
 
 TO_WORKER = frozenset({Msg.JOB, Msg.GO, Msg.EXIT})
 TO_EXECUTOR = frozenset(Msg) - TO_WORKER
+
+
+# jobs a worker runs before it is replaced by a fresh one (LocalExecutor's max_jobs_per_worker, JobSpec.max_jobs)
+MAX_JOBS_PER_WORKER = 50
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The payload of a JOB message: what ``_jobloop`` tells a worker about one job, read by ``_job.run_job`` and
+    the steps it runs (``_reference``, ``_trials``, ``_measure``). Sent pickled; the defaults are written here once.
+
+    ``need_baseline``: this job measures the cached torch.compile baseline; ``time_compile``: a re-timing, which
+    compiles and times torch.compile itself; ``gpu_grant_bytes`` / ``regrant_floor_bytes``: the memory grant the
+    worker caps its allocator at and the least a regrant keeps; ``poison_cap``: bytes of freed memory poisoned
+    before a candidate call (None: ``_gpu.POISON_CAP``); ``prepare_only``: no candidate (``EvalJob.prepare``);
+    ``reuse_reference`` / ``ref_cache_bytes`` / ``ref_digest``: whether the worker may take the reference outputs
+    from its cache, how many bytes it may keep there, and the digest the executor vouches for them by."""
+
+    job_id: str
+    problem: Problem
+    source: str
+    small: bool
+    config: dict | None = None
+    trials: int = 5
+    timing: bool = True
+    need_baseline: bool | None = None
+    max_jobs: int = MAX_JOBS_PER_WORKER
+    timing_target_ms: float | None = None
+    stop_above_ms: float | None = None
+    time_compile: bool = False
+    gpu_grant_bytes: int | None = None
+    regrant_floor_bytes: int | None = None
+    poison_cap: int | None = None
+    prepare_only: bool = False
+    reuse_reference: bool = True
+    ref_cache_bytes: int = 0
+    ref_digest: str | None = None

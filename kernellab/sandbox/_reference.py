@@ -33,7 +33,7 @@ from ._check import (
     trial_atol,
 )
 from ._gpu import FP_CHUNK
-from ._protocol import Msg
+from ._protocol import JobSpec, Msg
 from ._result import (
     is_oom,
     reference_key,
@@ -132,7 +132,7 @@ class _InfraFault(Exception):
         self.kind = kind
 
 
-def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
+def _reference(w: Any, job: JobSpec, state: dict, d: dict) -> None:
     """Build the reference model and every trial's reference outputs, or take the outputs from the
     worker's cache (:class:`_References`) when this job allows it (``reuse_reference``; never for a
     re-timing, whose printed number comes from outputs computed in its own job) and the executor
@@ -141,14 +141,14 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
     so a timing waiting for the GPU waits for one trial, not for the whole reference."""
     from kernellab.problem import instantiate, make_inputs
 
-    problem, small, dev = job["problem"], job["small"], w.device
-    n = max(1, int(job.get("trials", 5)))
-    timing_on = bool(job.get("timing", True))
+    problem, small, dev = job.problem, job.small, w.device
+    n = max(1, int(job.trials))
+    timing_on = bool(job.timing)
     key = reference_key(problem.id, bool(small), n, timing_on)
     cache = _references(w)
     info = d.setdefault("reference", {"key": key})
     t_ref = time.perf_counter()
-    entry = cache.take(key, job.get("ref_digest")) if job.get("reuse_reference", True) else None
+    entry = cache.take(key, job.ref_digest) if job.reuse_reference else None
     try:
         inst = instantiate(problem, small=small, seed=SEED, device=dev)
         settings = problem.settings(inst.module)
@@ -179,7 +179,7 @@ def _reference(w: Any, job: dict, state: dict, d: dict) -> None:
             clock[0] = now
 
         # the outputs' prints where they are computed (on the device: cheap), while they may still be cached
-        cap = int(job.get("ref_cache_bytes") or 0) if job.get("reuse_reference", True) else 0
+        cap = int(job.ref_cache_bytes or 0) if job.reuse_reference else 0
         ref_prints: list | None = [] if entry is None and cap > 0 else None
         held = 0
 

@@ -31,6 +31,7 @@ from ._check import (
     overlaps,
 )
 from ._gpu import POISON_CAP
+from ._protocol import JobSpec
 from ._reference import _WORD, _fingerprint, _ProblemFault, _reseed, _sync, _Trial
 from ._result import (
     Incorrect,
@@ -129,7 +130,7 @@ def _integrity(state: dict, where: str) -> None:
         raise Rejected(reason, f"the candidate changed {', '.join(names)} ({where})", names=names)
 
 
-def _trials(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict, first_phase_done: Any) -> None:
+def _trials(w: Any, job: JobSpec, state: dict, model: Any, d: dict, r: dict, first_phase_done: Any) -> None:
     dev = w.device
     state["counter"] = w.counter
     w.counter.reset()
@@ -143,7 +144,7 @@ def _trials(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict, first_
     prev_prints: list[list] = []
     per_trial = d.setdefault("trials", [])
     max_abs = max_rel = 0.0
-    cap = int(job.get("poison_cap") or POISON_CAP)
+    cap = int(job.poison_cap or POISON_CAP)
     windows = d.setdefault("trial_windows", []) if dev.type == "cuda" else []
     for i, tr in enumerate(state["trials"]):
         w.read()
@@ -210,7 +211,7 @@ def _trials(w: Any, job: dict, state: dict, model: Any, d: dict, r: dict, first_
         w.unread()
     null = judge_null(state["null"], state["atol"], state["rtol"], per_trial)
     if null:  # the problem's fault, not the candidate's: judged when the candidate passed every trial
-        raise _ProblemFault(f"{job['problem'].label}: {null} (instance: {d.get('instance', {}).get('text')})")
+        raise _ProblemFault(f"{job.problem.label}: {null} (instance: {d.get('instance', {}).get('text')})")
     state["forward_s"] = forward_s
     state["launches"] = w.counter.launches
     state["launch_s"] = w.counter.seconds
