@@ -40,7 +40,7 @@ WRITE_PHASE_S = 4.0
 POISON_CAP = GIB
 # Fixed extra per job: the L2 flush buffer, cuBLAS/cuDNN workspaces, allocator rounding.
 JOB_OVERHEAD = 256 << 20
-# Elements of one input the input fingerprint (sandbox._job) widens to int64 at a time; it holds three
+# Elements of one input the input fingerprint (sandbox._reference) widens to int64 at a time; it holds three
 # such int64 temporaries (the bits, the position weights, their product): 24 bytes per element.
 FP_CHUNK = 1 << 22
 

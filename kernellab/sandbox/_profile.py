@@ -102,7 +102,7 @@ def profile(problem: Problem, source: str, config: dict | None = None, *, small:
     """Profile one forward of the candidate with Nsight Compute; per-kernel rows
     ``(kernel, metric, value)`` plus derived ``achieved_bandwidth_tbs``, ``bandwidth_pct_of_ceiling``,
     ``achieved_fp32_tflops``, ``fp32_pct_of_ceiling`` and ``top_stall_<k>_<reason>`` rows.
-    ``gate`` (a :class:`~kernellab.sandbox._executor.ProfileGate`, shared when given): the target waits
+    ``gate`` (a :class:`~kernellab.sandbox._api.ProfileGate`, shared when given): the target waits
     for it before the profiled forward, which ``gate.exclusive()`` covers; without it the caller holds
     the GPU alone for the whole run."""
     exe = _find_ncu(ncu)

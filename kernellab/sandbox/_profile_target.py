@@ -2,7 +2,7 @@
 
 Builds the reference instance and the candidate (seeded alike), compiles with two warm-up calls,
 then runs exactly one forward between ``cudaProfilerStart`` and ``cudaProfilerStop``. With
-``KERNELLAB_GPU_GATE=1`` (``GATE_ENV``, set by ``run_gated``) it asks its parent (:class:`kernellab.sandbox._executor.ProfileGate`) for
+``KERNELLAB_GPU_GATE=1`` (``GATE_ENV``, set by ``run_gated``) it asks its parent (:class:`kernellab.sandbox._api.ProfileGate`) for
 the GPU twice: shared before it builds the problem there (its imports hold nothing), and alone before
 that forward: warm-up shares the GPU as correctness work does, only the profiled forward's replays hold
 it alone. Like a sandbox

@@ -173,5 +173,5 @@ def format_exc(exc: BaseException) -> str:
 
 def reference_key(problem_id: str, small: bool, trials: int, timing: bool) -> str:
     """What a job's reference outputs depend on (beyond the worker's device and software): the key of
-    ``sandbox._job._References`` in a worker and of the digests the executor keeps per worker."""
+    ``sandbox._reference._References`` in a worker and of the digests the executor keeps per worker."""
     return f"{problem_id}:{int(bool(small))}:{max(1, int(trials))}:{int(bool(timing))}"

@@ -3,11 +3,12 @@
 Started by :class:`~kernellab.sandbox.LocalExecutor` with a scrubbed environment, in its own session
 (so the whole process group can be killed), inside a private temporary directory, with stdout and
 stderr going to a log file whose tail is attached to crash reports. It talks to the executor over
-the socket ``FD`` (``multiprocessing.connection`` messages):
+the socket ``FD`` (``multiprocessing.connection`` messages, tuples headed by a ``_protocol.Msg``; that
+module lists each message, who sends it and what it means):
 
-  executor -> worker: ("job", payload) | ("go",) [lock granted] | ("exit",)
-  worker -> executor: ("ready", info) | ("phase", name) | ("read",) | ("unread",) | ("lock",) | ("unlock",)
-                      | ("result", dict, restart)
+  executor -> worker: (JOB, payload) | (GO,) [lock granted] | (EXIT,)
+  worker -> executor: (READY, info) | (PHASE, name) | (READ,) | (UNREAD,) | (LOCK,) | (UNLOCK,) | (REGRANT, need)
+                      | (PEAK, bytes) | (REFERENCE, key, digest) | (RESULT, dict, restart)
 
 ``read``/``unread`` bracket shared GPU work (reference, poison, trials, compile), ``lock``/``unlock``
 the timing (the GPU's writer lock: no other job's GPU work runs meanwhile); a worker holding a read
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ._env import drop_inspect_caps
+from ._protocol import Msg
 
 
 class Worker:
@@ -88,22 +90,22 @@ class Worker:
         self.conn.send(msg)
 
     def phase(self, name: str) -> None:
-        self.send("phase", name)
+        self.send(Msg.PHASE, name)
 
     def read(self) -> None:
         """Wait for a shared hold of the GPU (no timing runs on it while held)."""
         if self.device_kind != "cuda" or self.reading:
             return
-        self.send("read")
+        self.send(Msg.READ)
         msg = self.conn.recv()
-        if msg[0] != "go":  # pragma: no cover - protocol error
+        if msg[0] != Msg.GO:  # pragma: no cover - protocol error
             raise RuntimeError(f"sandbox protocol: expected go, got {msg[0]}")
         self.reading = True
 
     def unread(self) -> None:
         if self.reading:
             self.reading = False
-            self.send("unread")
+            self.send(Msg.UNREAD)
 
     def off_gpu(self, fn: Any) -> Any:
         """``fn`` run without this worker's shared hold of the GPU, when it holds one: for host-only work
@@ -167,31 +169,31 @@ class Worker:
         need = regrant_cap(int(self.torch.cuda.max_memory_allocated(self.device)), grant, floor, compile_timed)
         if need is not None:
             self.torch.cuda.set_per_process_memory_fraction(min(1.0, need / self.total_bytes), self.device)
-            self.send("regrant", need)
+            self.send(Msg.REGRANT, need)
 
     def lock(self) -> None:
         if self.device_kind != "cuda":
             return
         self.reading = False  # the executor gives the read up before it waits for the writer lock
-        self.send("lock")
+        self.send(Msg.LOCK)
         msg = self.conn.recv()
-        if msg[0] != "go":  # pragma: no cover - protocol error
+        if msg[0] != Msg.GO:  # pragma: no cover - protocol error
             raise RuntimeError(f"sandbox protocol: expected go, got {msg[0]}")
 
     def unlock(self) -> None:
         if self.device_kind == "cuda":
-            self.send("unlock")
+            self.send(Msg.UNLOCK)
 
     def serve(self) -> None:
-        self.send("ready", self.info)
+        self.send(Msg.READY, self.info)
         while True:
             try:
                 msg = self.conn.recv()
             except EOFError:
                 return
-            if msg[0] == "exit":
+            if msg[0] == Msg.EXIT:
                 return
-            if msg[0] != "job":  # pragma: no cover
+            if msg[0] != Msg.JOB:  # pragma: no cover
                 continue
             from ._job import run_job
 
@@ -201,7 +203,7 @@ class Worker:
             if set(threading.enumerate()) - self.threads:
                 restart = True
                 result["details"]["worker_restarted"] = "the candidate left threads running"
-            self.send("result", result, restart)
+            self.send(Msg.RESULT, result, restart)
             if restart:
                 return
 
@@ -317,7 +319,7 @@ def main() -> None:
     try:
         worker = Worker(conn)
     except Exception:
-        conn.send(("failed", traceback.format_exc()))
+        conn.send((Msg.FAILED, traceback.format_exc()))
         raise
     try:
         worker.serve()

@@ -139,7 +139,7 @@ def test_profile_without_ncu_says_why(tmp_path):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
 def test_stale_memory_marks(dtype):
-    from kernellab.sandbox._job import POISON16, POISON32, _filled_empty, _has_poison
+    from kernellab.sandbox._trials import POISON16, POISON32, _filled_empty, _has_poison
 
     ref = torch.randn(5, 7).to(dtype)
     with _filled_empty(True):

@@ -16,7 +16,6 @@ import pytest
 
 from kernellab import Problem
 from kernellab.sandbox import EvalJob, Limits, LocalExecutor, SandboxError, evaluate, is_infra
-from kernellab.sandbox._executor import BREAKER_FAILURES
 from kernellab.sandbox._gpu import (
     MemoryBudget,
     RWLock,
@@ -27,6 +26,7 @@ from kernellab.sandbox._gpu import (
     retry_admission,
     unmeasured_need,
 )
+from kernellab.sandbox._slots import BREAKER_FAILURES
 
 ROOT = Path(__file__).resolve().parents[2]
 ADV = Path(__file__).resolve().parent / "adversarial"

@@ -12,7 +12,8 @@ import torch
 
 from kernellab.sandbox import EvalJob
 from kernellab.sandbox._guard import ForwardWatch, LaunchCounter, record_cupy
-from kernellab.sandbox._job import FINAL_MIX, FRESH_EVERY, _Fresh, _is_own, _kernel_key, _new_addresses
+from kernellab.sandbox._measure import _is_own, _kernel_key, _new_addresses
+from kernellab.sandbox._reference import FINAL_MIX, FRESH_EVERY, _Fresh
 from kernellab.sandbox._timing import time_cpu
 
 TORCH_ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "

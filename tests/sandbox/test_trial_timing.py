@@ -114,7 +114,7 @@ def test_gpu_s_is_measured_and_recorded(sandbox_executor, problem):
 
 def test_device_busy_time_counts_overlapping_kernels_once():
     """The side-stream check's device busy time: the union of kernel intervals, whatever their stream."""
-    from kernellab.sandbox._job import union_length
+    from kernellab.sandbox._measure import union_length
 
     assert union_length([]) == 0.0
     assert union_length([(0.0, 10.0), (2.0, 5.0)]) == 10.0  # nested: another stream, same time

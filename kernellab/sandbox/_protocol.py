@@ -1,0 +1,99 @@
+"""The messages between a sandbox worker process and the executor's slot that owns it.
+
+Each message is a tuple sent over the worker's socket (``multiprocessing.connection``, pickled), whose first
+item is a :class:`Msg` and the rest its arguments. ``Msg`` is a ``str`` enum so that a message compares equal
+to its bare name (``Msg.GO == "go"``) and its members print as that name: a worker and an executor of the same
+checkout pickle and unpickle it by value.
+
+executor -> worker (:data:`TO_WORKER`):
+
+  ``(JOB, spec)``          ``_jobloop``: run this job (a :class:`JobSpec`, read by ``_job.run_job``); answered by RESULT
+  ``(GO,)``                ``_jobloop``: the READ or LOCK the worker asked for is granted
+  ``(EXIT,)``              ``_slots._Worker.stop``: leave the serve loop and exit
+
+worker -> executor (:data:`TO_EXECUTOR`):
+
+  ``(READY, info)``        ``_worker``: started; ``info`` is the device, versions, memory (read by ``_slots``)
+  ``(FAILED, traceback)``  ``_worker.main``: the worker could not start (any first message but READY is a failure)
+  ``(PHASE, name)``        the job entered phase ``name``: the executor's deadline is that phase's limit
+  ``(READ,)`` / ``(UNREAD,)``  take / give up a shared hold of the GPU (reference, trials, compile); READ waits for GO
+  ``(LOCK,)`` / ``(UNLOCK,)``  take / give up the GPU's writer lock (timing); LOCK waits for GO
+  ``(REGRANT, need)``      ``Worker.regrant``: the job capped itself at ``need`` bytes; the rest of its grant goes back
+  ``(PEAK, bytes)``        ``_job``: the reference's measured peak, before the candidate runs (the probe's waiters go)
+  ``(REFERENCE, key, digest)``  ``_reference``: the worker now holds reference outputs ``key`` with this digest,
+                           reported before any candidate of the job ran (what a later job's reuse is checked against)
+  ``(RESULT, result, restart)``  the job's result dict, and whether the worker exits after it
+
+``tests/sandbox/test_protocol.py`` checks that every message one side sends is one the other side handles, and
+that no side sends a bare string.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernellab.problem import Problem
+
+
+class Msg(str, enum.Enum):
+    JOB = "job"
+    GO = "go"
+    EXIT = "exit"
+    READY = "ready"
+    FAILED = "failed"
+    PHASE = "phase"
+    READ = "read"
+    UNREAD = "unread"
+    LOCK = "lock"
+    UNLOCK = "unlock"
+    REGRANT = "regrant"
+    PEAK = "peak"
+    REFERENCE = "reference"
+    RESULT = "result"
+
+    def __str__(self) -> str:  # the bare name in messages and error texts, as when these were strings
+        return self.value
+
+
+TO_WORKER = frozenset({Msg.JOB, Msg.GO, Msg.EXIT})
+TO_EXECUTOR = frozenset(Msg) - TO_WORKER
+
+
+# jobs a worker runs before it is replaced by a fresh one (LocalExecutor's max_jobs_per_worker, JobSpec.max_jobs)
+MAX_JOBS_PER_WORKER = 50
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The payload of a JOB message: what ``_jobloop`` tells a worker about one job, read by ``_job.run_job`` and
+    the steps it runs (``_reference``, ``_trials``, ``_measure``). Sent pickled; the defaults are written here once.
+
+    ``need_baseline``: this job measures the cached torch.compile baseline; ``time_compile``: a re-timing, which
+    compiles and times torch.compile itself; ``gpu_grant_bytes`` / ``regrant_floor_bytes``: the memory grant the
+    worker caps its allocator at and the least a regrant keeps; ``poison_cap``: bytes of freed memory poisoned
+    before a candidate call (None: ``_gpu.POISON_CAP``); ``prepare_only``: no candidate (``EvalJob.prepare``);
+    ``reuse_reference`` / ``ref_cache_bytes`` / ``ref_digest``: whether the worker may take the reference outputs
+    from its cache, how many bytes it may keep there, and the digest the executor vouches for them by."""
+
+    job_id: str
+    problem: Problem
+    source: str
+    small: bool
+    config: dict | None = None
+    trials: int = 5
+    timing: bool = True
+    need_baseline: bool | None = None
+    max_jobs: int = MAX_JOBS_PER_WORKER
+    timing_target_ms: float | None = None
+    stop_above_ms: float | None = None
+    time_compile: bool = False
+    gpu_grant_bytes: int | None = None
+    regrant_floor_bytes: int | None = None
+    poison_cap: int | None = None
+    prepare_only: bool = False
+    reuse_reference: bool = True
+    ref_cache_bytes: int = 0
+    ref_digest: str | None = None
