@@ -175,7 +175,7 @@ def _try_small(problem: Problem, overrides: dict[str, Any]) -> str | None:
 def null_reference(problem: Problem, mod: types.ModuleType, trials: int) -> str | None:
     """Why the reference of the instance ``mod`` (built from ``problem``) cannot judge a candidate on
     the sandbox's first ``trials`` trials (the reason of ``sandbox._check.uninformative``), or None.
-    Same inputs as the sandbox's trials on the CPU (seeds and distributions of ``_job._reference``)."""
+    Same inputs as the sandbox's trials on the CPU (seeds and distributions of ``sandbox._reference._reference``)."""
     from kernellab.problem import make_inputs
     from kernellab.sandbox._check import distribution, null_verdicts, transform, trial_atol, uninformative
     from kernellab.vocab import SEED

@@ -144,20 +144,17 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     executor = executor or _interrupt.watch(sandbox.LocalExecutor())
     # after a SIGINT/SIGTERM the killed workers' results raise Stopped, never recorded as verdicts
     executor = _interrupt.guard(executor)
-    warm = getattr(executor, "warm", None)  # Executor.warm; a duck-typed executor may lack it
-    if warm is not None:
-        warm(device)  # the workers start while the campaign plans and codes
+    executor.warm(device)  # the workers start while the campaign plans and codes
     fresh = [p for pid, p in problems.items() if not store.candidates(camp["id"], pid)]
-    gate = getattr(executor, "profiling", None)  # LocalExecutor.profiling: the Inductor seed shares the GPU as jobs do
-    if gate is not None and device == "cuda" and isinstance(getattr(agents, "inductor", None), dict):
-        agents.inductor = {**agents.inductor, "gate": gate}
+    if device == "cuda" and isinstance(getattr(agents, "inductor", None), dict):
+        # the Inductor seed shares the GPU as jobs do (Executor.profiling)
+        agents.inductor = {**agents.inductor, "gate": executor.profiling}
     prefetch = getattr(agents, "prefetch", None)  # the builtin agents' Inductor seeds, for problems not begun
     if prefetch is not None:
         prefetch(fresh)
-    prepare = getattr(executor, "prepare", None)  # LocalExecutor.prepare: reference and baseline ahead
-    if prepare is not None and device == "cuda":
+    if device == "cuda":  # reference and baseline ahead, where the executor can
         for p in fresh:
-            prepare(p, small=config.small, device=device, trials=config.trials, store=store)
+            executor.prepare(p, small=config.small, device=device, trials=config.trials, store=store)
     ctx = _context(store, camp, config, problems, agents, executor, device, progress)
     if progress is not None:
         progress.update(campaign=camp["name"], problems_total=len(problems), budget_candidates=config.budget,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -116,22 +115,16 @@ class _Steps:
         if self.device != "cuda":
             return [], "no CUDA device: Nsight Compute profiling skipped"
         small = bool(self.config.small)
-        remote = getattr(self.executor, "profile", None)
-        if remote is not None:  # a cluster: ncu runs on a worker's GPU, held there as a timing holds it
-            rows = remote(problem, cand["source"], config=best.get("config") or None, small=small)
+        config = best.get("config") or None
+        rows = self.executor.remote_profile(problem, cand["source"], config=config, small=small)
+        if rows is not None:  # a cluster: ncu ran on a worker's GPU, held there as a timing holds it
             return list(rows), getattr(rows, "reason", None)
         # the GPU to itself for the profiled forward, as a timing has it: no other job's trials run under
         # the profiler's replays (the profiled process's start-up and warm-up share the GPU)
-        gated = getattr(self.executor, "profiling", None)
-        if gated is not None:
-            with gated(problem, small=small) as gate:
-                rows = sandbox.profile(problem, cand["source"], config=best.get("config") or None, small=small,
-                                       gpu=gate.gpu, gate=gate if gate.gpu is not None else None)
-            return rows, getattr(rows, "reason", None)  # a ProfileResult: its `seconds` go in the profile event
-        exclusive = getattr(self.executor, "exclusive_gpu", None)
-        with exclusive(problem, small=small) if exclusive else contextlib.nullcontext() as gpu:
-            rows = sandbox.profile(problem, cand["source"], config=best.get("config") or None, small=small, gpu=gpu)
-        return list(rows), getattr(rows, "reason", None)
+        with self.executor.profiling(problem, small=small) as gate:
+            rows = sandbox.profile(problem, cand["source"], config=config, small=small,
+                                   gpu=gate.gpu, gate=gate if gate.gpu is not None else None)
+        return rows, getattr(rows, "reason", None)  # a ProfileResult: its `seconds` go in the profile event
 
     def reference(self, problem: Problem) -> dict:
         """The reference's op profile for the planner: the one recorded for this problem (a ``reference``

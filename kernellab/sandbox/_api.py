@@ -115,6 +115,30 @@ class Executor(abc.ABC):
         """Start workers ahead of the first job, where the executor can (default: nothing to do)."""
         return None
 
+    # What a campaign and a tuner ask of any executor; the defaults are an executor with no GPU of its own here.
+    def prepare(self, problem: Problem, *, small: bool | None = None, device: str | None = None, trials: int = 5,
+                store: Any = None) -> cf.Future | None:
+        """Compute ``problem``'s reference outputs and torch.compile baseline ahead, in a job of their own, where
+        the executor can (a future), else None (default: nothing ahead)."""
+        return None
+
+    @contextlib.contextmanager
+    def profiling(self, problem: Problem | None = None, small: bool = False, gpu: str | None = None):
+        """Hold a GPU of this host for a process that uses it (Nsight Compute, the Inductor seed's compile) the
+        way a job holds it; yields a :class:`ProfileGate` (``gate.gpu`` None: no GPU held, the default)."""
+        yield ProfileGate(None, None)
+
+    def remote_profile(self, problem: Problem, source: str, config: dict | None = None,
+                       small: bool = False) -> Any:
+        """Nsight Compute where the executor's GPUs are (a cluster's worker), or None when they are on this
+        host and the caller profiles here under :meth:`profiling` (the default)."""
+        return None
+
+    def slots(self, device: str) -> int:
+        """How many jobs for ``device`` ("cpu" or "cuda") run at once on one device (a tuner sizes its batches
+        by it; default 1)."""
+        return 1
+
     def map(self, jobs: list[EvalJob]) -> list[dict]:
         futures = [self.submit(j) for j in jobs]
         return [f.result() for f in futures]

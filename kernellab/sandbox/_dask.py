@@ -495,6 +495,9 @@ class DaskExecutor(Executor):
             return ProfileResult([], reason=f"profiling failed on the cluster: {type(exc).__name__}: {exc}")
         return ProfileResult([tuple(r) for r in out["rows"]], reason=out["reason"], dropped=out["dropped"])
 
+    def remote_profile(self, problem: Problem, source: str, config: dict | None = None, small: bool = False) -> Any:
+        return self.profile(problem, source, config=config, small=small)
+
     def worker_pids(self) -> dict[str, int]:
         """Dask worker address -> the pid of its process (tests kill one)."""
         return self.client.run(_worker_pid)

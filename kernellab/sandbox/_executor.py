@@ -246,6 +246,9 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
                 return None
         return self.submit(EvalJob(problem, "", small=small, device=device, trials=trials, store=store, prepare=True))
 
+    def slots(self, device: str) -> int:
+        return self.cpu_workers if self._pool_of(device) == "cpu" else self.workers_per_gpu
+
     def warm(self, device: str | None = None) -> None:
         """Start ``device``'s workers now, without waiting for them (a campaign calls this as it starts,
         so the pool's start-up overlaps its planning instead of delaying its first evaluation)."""

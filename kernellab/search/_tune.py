@@ -406,8 +406,7 @@ class _Runner:
         from kernellab.env import has_cuda
 
         kind = device or ("cuda" if has_cuda() else "cpu")
-        per = getattr(self.executor, "cpu_workers" if kind == "cpu" else "workers_per_gpu", 1)
-        self.workers = max(1, int(per or 1))
+        self.workers = max(1, int(self.executor.slots(kind) or 1))
 
     def submit(self, config: dict, quick: bool, stop_above_ms: float | None = None) -> Future:
         extra: dict[str, Any] = {}

@@ -561,3 +561,27 @@ def test_a_failure_of_ours_while_measuring_the_baseline_hands_the_measuring_on()
         assert need is True
     finally:
         ex.shutdown()
+
+
+def test_the_executor_interface_has_what_campaigns_and_tuners_ask_of_it():
+    # callers no longer probe an executor with getattr: an executor with no GPU of its own here answers alike
+    from kernellab.sandbox import Executor
+
+    class Elsewhere(Executor):  # the least an executor writes: submit and shutdown
+        def submit(self, job):
+            raise NotImplementedError
+
+        def shutdown(self, wait=True):
+            return None
+
+    ex = Elsewhere()
+    p = _tiny("tiny_interface", forward="return torch.relu(x * 2.0) + 1.0 + 0.0")
+    assert ex.prepare(p, small=True, device="cuda", trials=2) is None
+    with ex.profiling(p, small=True) as gate:
+        assert gate.gpu is None
+    assert ex.remote_profile(p, "src") is None and ex.slots("cuda") == 1 and ex.warm("cuda") is None
+    local = LocalExecutor(cpu_workers=3)
+    try:
+        assert local.slots("cpu") == 3 and local.remote_profile(p, "src") is None
+    finally:
+        local.shutdown()
