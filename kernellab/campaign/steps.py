@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from typing import TYPE_CHECKING, Any
 
 from kernellab import _interrupt, env
@@ -49,23 +49,24 @@ class _Steps:
         """Submit a candidate's judged evaluation as soon as the code step writes it; :meth:`evaluate_many`
         collects it. The evaluate step begins after the whole code step, which waits for the Inductor seed's
         compile: in a solo run on the H200 the builtin seed's evaluation waited 10.4 s for it."""
-        from kernellab import sandbox
-
         if self._reusable(problem, cand) is not None:
             return  # evaluate_many records the reused result
-        fut = self.executor.submit(sandbox.EvalJob(problem=problem, source=cand["source"], small=self.config.small,
-                                                   device=self.device, trials=self.config.trials, store=self.store))
+        fut = self._submit(problem, cand)
         with self._early_lock:
             self._early[cand["id"]] = fut
+
+    def _submit(self, problem: Problem, cand: dict) -> Any:
+        """A candidate's judged evaluation, submitted (``sandbox.evaluate``'s job, its future not waited on)."""
+        from kernellab import sandbox
+
+        return self.executor.submit(sandbox.EvalJob(problem=problem, source=cand["source"], small=self.config.small,
+                                                    device=self.device, trials=self.config.trials, store=self.store))
 
     def _started(self, cand_id: str) -> Any:
         with self._early_lock:
             return self._early.pop(cand_id, None)
 
     def evaluate_many(self, problem: Problem, cands: list[dict]) -> Iterator[tuple[str, dict]]:
-        from kernellab import sandbox
-
-        config = self.config
         todo = []
         for c in cands:
             reused = self._reusable(problem, c)
@@ -76,27 +77,14 @@ class _Steps:
         if not todo:
             return
         job_settings = self._settings(problem)
-        # evaluate() blocks on its job; threads keep several jobs in flight in the executor's pool
-        pool = ThreadPoolExecutor(max_workers=max(1, min(len(todo), config.width)))
-        try:
-            futs = {}
-            for c in todo:
-                early = self._started(c["id"])  # the same job as sandbox.evaluate's, submitted by the code step
-                fut = pool.submit(early.result) if early is not None else pool.submit(
-                    sandbox.evaluate, problem, c["source"], small=config.small, device=self.device,
-                    trials=config.trials, store=self.store, executor=self.executor)
-                futs[fut] = c["id"]
-            for fut in as_completed(futs):
-                result = fut.result()
-                # what a later campaign's reuse compares with (search.find_reusable)
-                result["details"] = {**(result.get("details") or {}), "settings": job_settings}
-                yield futs[fut], result
-        except BaseException:
-            # Ctrl-C: leave the threads waiting on jobs; the executor's shutdown kills their workers
-            # (waiting here held the interrupt for as long as the slowest evaluation took)
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
+        # the executor's futures, in flight together (those the code step submitted already among them); on
+        # Ctrl-C nothing here waits: the executor's shutdown kills their workers
+        futs = {(self._started(c["id"]) or self._submit(problem, c)): c["id"] for c in todo}
+        for fut in as_completed(futs):
+            result = fut.result()
+            # what a later campaign's reuse compares with (search.find_reusable)
+            result["details"] = {**(result.get("details") or {}), "settings": job_settings}
+            yield futs[fut], result
 
     def tune(self, problem: Problem, cand: dict, deadline: float | None = None) -> dict | None:
         from kernellab import search
