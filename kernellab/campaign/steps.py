@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from concurrent.futures import as_completed
 from typing import TYPE_CHECKING, Any
 
-from kernellab import _interrupt, env
+from kernellab import env
 from kernellab.campaign.config import CampaignConfig
 from kernellab.problem import Problem
 from kernellab.vocab import small_for
@@ -35,10 +35,10 @@ class _Steps:
     def _reusable(self, problem: Problem, cand: dict) -> dict | None:
         """A finished evaluation of the same source by any campaign, made under this campaign's
         conditions (``search.find_reusable``), as this candidate's result; None: evaluate it.
-        Only with the local executor, whose workers run this host's device and software."""
-        from kernellab import sandbox, search
+        Only with an executor whose workers run this host's device and software (``Executor.runs_here``)."""
+        from kernellab import search
 
-        if not self.config.reuse or not isinstance(_interrupt.unwrap(self.executor), sandbox.LocalExecutor):
+        if not self.config.reuse or not self.executor.runs_here():
             return None
         known = search.find_reusable(self.store, problem.id, cand["source"], device=env.device_name(self.device),
                                      versions=env.versions(self.device), job=self._settings(problem),

@@ -134,6 +134,11 @@ class Executor(abc.ABC):
         host and the caller profiles here under :meth:`profiling` (the default)."""
         return None
 
+    def runs_here(self) -> bool:
+        """Whether its workers run on this host's devices and software, so that a result recorded on this host
+        stands for one it would compute (a campaign reuses earlier evaluations only then; default False)."""
+        return False
+
     def slots(self, device: str) -> int:
         """How many jobs for ``device`` ("cpu" or "cuda") run at once on one device (a tuner sizes its batches
         by it; default 1)."""

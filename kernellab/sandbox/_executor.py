@@ -246,6 +246,9 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
                 return None
         return self.submit(EvalJob(problem, "", small=small, device=device, trials=trials, store=store, prepare=True))
 
+    def runs_here(self) -> bool:
+        return True
+
     def slots(self, device: str) -> int:
         return self.cpu_workers if self._pool_of(device) == "cpu" else self.workers_per_gpu
 

@@ -580,8 +580,9 @@ def test_the_executor_interface_has_what_campaigns_and_tuners_ask_of_it():
     with ex.profiling(p, small=True) as gate:
         assert gate.gpu is None
     assert ex.remote_profile(p, "src") is None and ex.slots("cuda") == 1 and ex.warm("cuda") is None
+    assert ex.runs_here() is False  # a result recorded on this host does not stand for one it computes
     local = LocalExecutor(cpu_workers=3)
     try:
-        assert local.slots("cpu") == 3 and local.remote_profile(p, "src") is None
+        assert local.slots("cpu") == 3 and local.remote_profile(p, "src") is None and local.runs_here()
     finally:
         local.shutdown()
