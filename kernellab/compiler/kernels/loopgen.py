@@ -1,4 +1,6 @@
 """Triton code for ``pointwise`` and ``rows`` groups (see ``partition.py``).
+The kernel text is Triton template text in ``loop_template.py`` (filled by ``template.render``, as
+``gemm_template.py`` and ``conv_template.py`` are); this module decides what goes in the holes.
 
 Indexing. The launcher aligns every operand to the group's domain shape D (rank nd; size-1 where it
 broadcasts), then ``_kl_canon`` (emitted once per file) orders D as (kept dims, reduced dims), drops
@@ -27,8 +29,10 @@ from typing import Any
 
 from ..ir import Dyn, Graph, Node, Ref
 from ..partition import Group
+from . import loop_template as T
 from .loop_launcher import LoopLauncher
 from .pointwise import BOOL_OPS, emit_pw, literal, round_to
+from .template import render
 
 __all__ = ["loop_kernel", "LoopSource", "pointwise_defaults", "split_reduction_ok"]
 
@@ -149,38 +153,11 @@ class _Gen(LoopLauncher):
             ps.append("INNER: tl.constexpr")
         return ps
 
-    def header(self) -> list[str]:
-        return ["    pid = tl.program_id(0)",
-                "    if INNER:",
-                "        # the reduced dims are strided and the innermost kept dim is contiguous (a sum over",
-                "        # the middle dim): a program takes BLOCK_ROWS neighbours along that dim, so every",
-                "        # load of the [BLOCK_ROWS, BLOCK_R] tile is coalesced along axis 0",
-                "        nblk = tl.cdiv(S2, BLOCK_ROWS)",
-                "        outer = pid // nblk",
-                "        o2 = (pid % nblk) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)",
-                "        if BIG:",
-                "            outer = outer.to(tl.int64)",
-                "            o2 = o2.to(tl.int64)",
-                "        o1 = outer % S1",
-                "        o0 = outer // S1",
-                "        rows = outer * S2 + o2",
-                "        rmask = o2 < S2",
-                "    else:",
-                "        rows = pid * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)",
-                "        if BIG:", "            rows = rows.to(tl.int64)", "        rmask = rows < NROWS",
-                "        o2 = rows % S2", "        o1 = (rows // S2) % S1", "        o0 = rows // (S2 * S1)"]
-
-    def row_offset(self, k: int) -> list[str]:
-        return [f"    if FULL{k}:", f"        a{k} = rows", "    else:",
-                f"        a{k} = o0 * s{k}_0 + o1 * s{k}_1 + o2 * s{k}_2"]
+    def row_offsets(self) -> list[str]:
+        return [ln for k in range(len(self.operands)) for ln in render(T.ROW_OFFSET, K=str(k))]
 
     def col_lines(self, start: str) -> list[str]:
-        return [f"r = {start}tl.arange(0, BLOCK_R)", "cmask = r < R", "q1 = r % R1", "q0 = r // R1",
-                "mask = rmask[:, None] & cmask[None, :]"]
-
-    def full_offset(self, k: int) -> list[str]:
-        return [f"if FULL{k}:", f"    f{k} = a{k}[:, None] * R + r[None, :]", "else:",
-                f"    f{k} = a{k}[:, None] + (q0 * s{k}_3 + q1 * s{k}_4)[None, :]"]
+        return render(T.COLUMNS, START=start)
 
     def load(self, k: int) -> list[str]:
         op = self.operands[k]
@@ -188,8 +165,8 @@ class _Gen(LoopLauncher):
         cast = "" if dt == "bool" else ".to(tl.float32)"
         other = "0" if dt == "bool" else "0.0"
         if op.kind == "full":
-            return self.full_offset(k) + [f"x{k} = tl.load(t{k} + f{k}, mask=mask, other={other}){cast}"]
-        return [f"x{k} = tl.load(t{k} + a{k}[:, None], mask=rmask[:, None], other={other}){cast}"]
+            return render(T.FULL_OFFSET, K=str(k)) + render(T.LOAD_FULL, K=str(k), OTHER=other, CAST=cast)
+        return render(T.LOAD_ROW, K=str(k), OTHER=other, CAST=cast)
 
     def expr(self, node: Node, env: dict[str, str]) -> str:
         args, raw = [], []
@@ -289,16 +266,14 @@ class _Gen(LoopLauncher):
         dt = _TL_DTYPE.get(self.g.node(op.value).dtype, "tl.float32")
         if self.g.node(op.value).dtype == "bool":
             dt = "tl.int1"
+        value = _store_cast(val, dt)
         if op.kind == "full":
-            return self.full_offset(k) + [f"tl.store(t{k} + f{k}, {_store_cast(val, dt)}, mask=mask)"]
-        return [f"tl.store(t{k} + a{k}[:, None], {_store_cast(val, dt)}, mask=rmask[:, None])"]
+            return render(T.FULL_OFFSET, K=str(k)) + render(T.STORE_FULL, K=str(k), VALUE=value)
+        return render(T.STORE_ROW, K=str(k), VALUE=value)
 
     # -- rows kernels -----------------------------------------------------------------------------
     def one_pass(self) -> str:
         env: dict[str, str] = {}
-        body = self.header()
-        for k in range(len(self.operands)):
-            body += self.row_offset(k)
         inner = self.col_lines("")
         loaded: set[int] = set()
         for k, op in enumerate(self.operands):  # per-row operands: one load per row
@@ -309,8 +284,10 @@ class _Gen(LoopLauncher):
         for k, op in enumerate(self.operands):
             if op.is_output:
                 inner += self.store(k, env)
-        body += ["    " + ln for ln in inner]
-        return self.kernel_def(f"k_{self.name}_one", body)
+        return self.kernel_def(f"k_{self.name}_one", self.rows_program(inner))
+
+    def rows_program(self, body: list[str]) -> list[str]:
+        return render(T.ROWS, ROW_OFFSETS=self.row_offsets(), BODY=body)
 
     def online_pairs(self, reds: list[str]) -> dict[str, str]:
         """``{s: m}`` for each ``s = sum(exp(X - m))`` with ``m = amax(X)`` over the same rows (the
@@ -346,15 +323,7 @@ class _Gen(LoopLauncher):
                 lines += self.load(k)
                 loaded.add(k)
             xv = f"x{k}"
-        ninf = 'float("-inf")'
-        return lines + [
-            f"cm_{m} = tl.max(tl.where(mask, {xv}, {ninf}), axis=1)[:, None]",
-            f"mn_{m} = tl.maximum(acc_{m}, cm_{m})",
-            f"sh_{m} = tl.where(mn_{m} == {ninf}, 0.0, mn_{m})  # rows that are all -inf so far",
-            f"acc_{sm} = acc_{sm} * tl.exp(acc_{m} - sh_{m}) + "
-            f"tl.sum(tl.where(mask, tl.exp({xv} - sh_{m}), 0.0), axis=1)[:, None]",
-            f"acc_{m} = mn_{m}",
-        ]
+        return lines + render(T.ONLINE_UPDATE, MAX=m, SUM=sm, X=xv)
 
     def multi_pass(self) -> str:
         dom = tuple(self.grp.domain)
@@ -369,13 +338,11 @@ class _Gen(LoopLauncher):
         depth = max((levels[n] for n in reds), default=0)
         env: dict[str, str] = {}
         avail: set[str] = set()
-        body = self.header()
-        for k in range(len(self.operands)):
-            body += self.row_offset(k)
+        body: list[str] = []
         loaded_rows: set[int] = set()
         for k, op in enumerate(self.operands):
             if op.kind == "row" and not op.is_output:
-                body += ["    " + ln for ln in self.load(k)]
+                body += self.load(k)
                 loaded_rows.add(k)
                 env[("in", k)] = f"x{k}"
         for lv in range(1, depth + 1):
@@ -387,10 +354,9 @@ class _Gen(LoopLauncher):
             for n in generic:
                 init = "0.0" if self.g.node(n).op in ("sum", "mean") else (
                     'float("-inf")' if self.g.node(n).op == "amax" else 'float("inf")')
-                body.append(f"    acc_{n} = tl.full([BLOCK_ROWS, BLOCK_R], {init}, tl.float32)")
+                body += render(T.ACC_INIT, N=n, INIT=init)
             for sm, m in pairs:
-                body.append(f'    acc_{m} = tl.full([BLOCK_ROWS, 1], float("-inf"), tl.float32)')
-                body.append(f"    acc_{sm} = tl.zeros([BLOCK_ROWS, 1], tl.float32)")
+                body += render(T.ONLINE_INIT, MAX=m, SUM=sm)
             xs = [self.g.node(m).args[0].name for _, m in pairs]
             need = [n for n in self.needed_full(generic + xs, avail) if n not in generic] + generic
             loop = self.col_lines("start + ")
@@ -398,14 +364,14 @@ class _Gen(LoopLauncher):
             loop += self.emit_nodes(need, lenv, True, lloaded, accs)
             for (sm, m), x in zip(pairs, xs, strict=True):
                 loop += self.online_update(sm, m, x, lenv, lloaded)
-            body += ["    for start in range(0, R, BLOCK_R):"] + ["        " + ln for ln in loop]
+            body += render(T.R_LOOP, BODY=loop)
             for sm, m in pairs:
-                body += [f"    v_{m} = acc_{m}", f"    v_{sm} = acc_{sm}"]
+                body += render(T.ONLINE_DONE, MAX=m, SUM=sm)
                 env[m], env[sm] = f"v_{m}", f"v_{sm}"
                 avail |= {m, sm}
             for n in generic:
                 fn = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[self.g.node(n).op]
-                body.append(f"    v_{n} = {self.finish_mean(self.g.node(n), f'{fn}(acc_{n}, axis=1)[:, None]')}")
+                body.append(f"v_{n} = {self.finish_mean(self.g.node(n), f'{fn}(acc_{n}, axis=1)[:, None]')}")
                 env[n] = f"v_{n}"
                 avail.add(n)
             # per-row values that are now computable
@@ -413,12 +379,12 @@ class _Gen(LoopLauncher):
                 if n in avail or n in reds or self.kind[n] != "row" or levels[n] > lv:
                     continue
                 if all(r in avail for r in self.g.node(n).refs() if r in self.members):
-                    body += ["    " + ln for ln in self.emit_nodes([n], env, False, loaded_rows)]
+                    body += self.emit_nodes([n], env, False, loaded_rows)
                     avail.add(n)
         # stores: per-row outputs after the passes, full outputs in one more loop
         for k, op in enumerate(self.operands):
             if op.is_output and op.kind == "row":
-                body += ["    " + ln for ln in self.store(k, env)]
+                body += self.store(k, env)
         full_outs = [k for k, op in enumerate(self.operands) if op.is_output and op.kind == "full"]
         if full_outs:
             loop = self.col_lines("start + ")
@@ -427,8 +393,8 @@ class _Gen(LoopLauncher):
             loop += self.emit_nodes(self.needed_full(targets, avail), lenv, True, set(loaded_rows))
             for k in full_outs:
                 loop += self.store(k, lenv)
-            body += ["    for start in range(0, R, BLOCK_R):"] + ["        " + ln for ln in loop]
-        return self.kernel_def(f"k_{self.name}_loop", body)
+            body += render(T.R_LOOP, BODY=loop)
+        return self.kernel_def(f"k_{self.name}_loop", self.rows_program(body))
 
     # -- pointwise kernel -------------------------------------------------------------------------
     def flat_load(self, k: int) -> list[str]:
@@ -436,65 +402,42 @@ class _Gen(LoopLauncher):
         dt = self.g.node(op.value).dtype
         cast = "" if dt == "bool" else ".to(tl.float32)"
         other = "0" if dt == "bool" else "0.0"
-        return [f"x{k} = tl.load(t{k} + f{k}, mask=mask, other={other}){cast}"]
+        return render(T.LOAD_FULL, K=str(k), OTHER=other, CAST=cast)
 
     def flat(self) -> str:
-        body = ["    pid = tl.program_id(0)", "    idx = pid * BLOCK_R + tl.arange(0, BLOCK_R)",
-                "    if BIG:", "        idx = idx.to(tl.int64)", "    mask = idx < NROWS",
-                "    i2 = idx % S2", "    i1 = (idx // S2) % S1", "    i0 = idx // (S2 * S1)"]
-        for k in range(len(self.operands)):
-            body += [f"    if FULL{k}:", f"        f{k} = idx", "    else:",
-                     f"        f{k} = i0 * s{k}_0 + i1 * s{k}_1 + i2 * s{k}_2"]
-        return self.pointwise_def(f"k_{self.name}", body)
+        offsets = [ln for k in range(len(self.operands)) for ln in render(T.FLAT_OFFSET, K=str(k))]
+        return self.kernel_def(f"k_{self.name}", render(T.FLAT, OFFSETS=offsets, BODY=self.pointwise_body()))
 
     def persistent(self) -> str:
         """The flat kernel as a grid-stride loop: about a few programs per SM walk the blocks, so a big
         domain pays for one program launch per SM instead of one per block."""
-        head = ["    pid = tl.program_id(0)", "    base = pid * BLOCK_R", "    step = tl.num_programs(0) * BLOCK_R",
-                "    if BIG:", "        base = base.to(tl.int64)", "        step = step.to(tl.int64)",
-                "    for start in range(base, NROWS, step):"]
-        body = ["idx = start + tl.arange(0, BLOCK_R)", "mask = idx < NROWS",
-                "i2 = idx % S2", "i1 = (idx // S2) % S1", "i0 = idx // (S2 * S1)"]
-        for k in range(len(self.operands)):
-            body += [f"if FULL{k}:", f"    f{k} = idx", "else:", f"    f{k} = i0 * s{k}_0 + i1 * s{k}_1 + i2 * s{k}_2"]
-        env: dict[str, str] = {}
-        body += self.emit_nodes(list(self.grp.nodes), env, False, set())
-        for k, op in enumerate(self.operands):
-            if op.is_output:
-                dt = _TL_DTYPE.get(self.g.node(op.value).dtype, "tl.int1")
-                body.append(f"tl.store(t{k} + f{k}, {_store_cast(env[op.value], dt)}, mask=mask)")
-        return self.kernel_def(f"k_{self.name}_persist", head + ["        " + ln for ln in body])
+        offsets = [ln for k in range(len(self.operands)) for ln in render(T.FLAT_OFFSET, K=str(k))]
+        return self.kernel_def(f"k_{self.name}_persist",
+                               render(T.PERSISTENT, OFFSETS=offsets, BODY=self.pointwise_body()))
 
     def tiled(self) -> str:
         """Pointwise over a [BLOCK_ROWS, BLOCK_R] tile of (dim 1, dim 2) per program: when an input is
         contiguous along dim 1 but the output along dim 2 (a transpose), each side's accesses are
         coalesced and Triton swaps the layout through shared memory in between (strides of 1 are
         specialised to constants, which is what lets it see the contiguity)."""
-        body = ["    pid = tl.program_id(0)", "    nx = tl.cdiv(S2, BLOCK_R)", "    ny = tl.cdiv(S1, BLOCK_ROWS)",
-                "    i0 = pid // (nx * ny)", "    i1 = ((pid // nx) % ny) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)",
-                "    i2 = (pid % nx) * BLOCK_R + tl.arange(0, BLOCK_R)",
-                "    if BIG:", "        i0 = i0.to(tl.int64)", "        i1 = i1.to(tl.int64)", "        i2 = i2.to(tl.int64)",
-                "    mask = (i1 < S1)[:, None] & (i2 < S2)[None, :]"]
-        for k in range(len(self.operands)):
-            body.append(f"    f{k} = i0 * s{k}_0 + i1[:, None] * s{k}_1 + i2[None, :] * s{k}_2")
-        return self.pointwise_def(f"k_{self.name}_2d", body)
+        offsets = [ln for k in range(len(self.operands)) for ln in render(T.TILED_OFFSET, K=str(k))]
+        return self.kernel_def(f"k_{self.name}_2d", render(T.TILED, OFFSETS=offsets, BODY=self.pointwise_body()))
 
-    def pointwise_def(self, name: str, body: list[str]) -> str:
-        """``body`` (index and offset lines ``f{k}``, ``mask``) plus the group's ops and the masked
-        stores of its outputs: the tail shared by the flat and the tiled pointwise kernels."""
+    def pointwise_body(self) -> list[str]:
+        """The group's ops and the masked stores of its outputs, over the offsets ``f{k}`` and ``mask``:
+        the tail shared by the flat, persistent and tiled pointwise kernels."""
         env: dict[str, str] = {}
-        inner = self.emit_nodes(list(self.grp.nodes), env, False, set())
+        body = self.emit_nodes(list(self.grp.nodes), env, False, set())
         for k, op in enumerate(self.operands):
             if op.is_output:
                 dt = _TL_DTYPE.get(self.g.node(op.value).dtype, "tl.int1")
-                inner.append(f"tl.store(t{k} + f{k}, {_store_cast(env[op.value], dt)}, mask=mask)")
-        return self.kernel_def(name, body + ["    " + ln for ln in inner])
+                body += render(T.STORE_FULL, K=str(k), VALUE=_store_cast(env[op.value], dt))
+        return body
 
     def kernel_def(self, name: str, body: list[str]) -> str:
         ops = ", ".join(f"t{k}={'out ' if o.is_output else ''}{o.value}" for k, o in enumerate(self.operands))
-        head = ["@triton.jit", f"def {name}(", *[f"    {p}," for p in self.params()], "):",
-                f"    # operands: {ops}"]
-        return "\n".join(head + body) + "\n"
+        return "\n".join(render(T.KERNEL, NAME=name, PARAMS=[p + "," for p in self.params()], OPERANDS=ops,
+                                BODY=body)) + "\n"
 
 
 ONE_PASS_MAX_R = 32768  # the one_pass action's MAX_R: a 128 KiB fp32 row over 16 warps, 64 registers a thread
