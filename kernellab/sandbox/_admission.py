@@ -34,16 +34,13 @@ from ._gpu import (
 from ._result import infra_result, is_infra, truncate
 from ._slots import _Worker
 
-# an estimated need (no reference peak measured yet) is admitted at this many times the estimate
-UNMEASURED_MARGIN = 2
-
 
 class _Admission:
     """Memory admission and retries of :class:`~kernellab.sandbox.LocalExecutor` (see the module docstring)."""
 
     # -- memory ----------------------------------------------------------------------------------
-    def _need(self, problem: Problem, small: bool, compile_timed: bool = False,
-              budget_bytes: int | None = None) -> tuple[int | None, int | None]:
+    def _need(self, problem: Problem, small: bool, compile_timed: bool,
+              budget_bytes: int) -> tuple[int | None, int | None]:
         """(bytes a job of ``problem`` needs on its device, the least it can run with); None: unknown
         (an unknown need runs alone). ``compile_timed``: a re-timing, which times torch.compile too;
         ``budget_bytes``: the device's budget, which bounds an unmeasured need (:func:`_gpu.unmeasured_need`)."""
@@ -65,7 +62,7 @@ class _Admission:
             # the meta device's estimate misses the reference's activations and the allocator's rounding:
             # gemm_bias_gelu's (1.21 GB) was 0.73x the need its measured peak then gave, and every job of
             # a pool's first wave ran out of its grant. Until a job has measured the peak, more than that.
-            need = unmeasured_need(need, budget_bytes, UNMEASURED_MARGIN) if budget_bytes else UNMEASURED_MARGIN * need
+            need = unmeasured_need(need, budget_bytes)
         with self._lock:
             grown = self._oom_needs.get(key)
         if grown is not None:

@@ -72,7 +72,7 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
     ``GPU_MARGIN + workers_per_gpu * CONTEXT_BYTES`` (CUDA contexts and fragmentation live outside
     the allocator's count), or ``gpu_bytes`` (also read from ``KERNELLAB_GPU_BYTES``) when given --
     which also puts the CPU pool under admission, the way tests exercise it without a GPU. A job's
-    need is estimated from the problem on the meta device (admitted at ``UNMEASURED_MARGIN`` times the
+    need is estimated from the problem on the meta device (admitted at ``_gpu.UNMEASURED_MARGIN`` times the
     estimate) and, once a job of the problem has run on a GPU, from its reference's measured peak;
     its grant caps the worker's allocator (``set_per_process_memory_fraction``), so a runaway
     candidate cannot starve its neighbours."""
@@ -211,9 +211,11 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
         if g not in self._gpu_locks:
             raise SandboxError(f"GPU {g!r} is not one of this executor's ({', '.join(self._gpus)})")
         budget = self._budgets.get(g)
-        need, floor = (self._need(problem, small, budget_bytes=budget.budget if budget is not None else None)
-                       if problem is not None else (None, None))
-        with budget.admitted(need, floor=floor) if budget is not None else contextlib.nullcontext():
+        if budget is None or problem is None:
+            yield g
+            return
+        need, floor = self._need(problem, small, False, budget.budget)
+        with budget.admitted(need, floor=floor):
             yield g
 
     @contextlib.contextmanager

@@ -298,7 +298,11 @@ def regrant_cap(peak: int, grant: int | None, floor: int | None = None, compile_
     return need if need < grant else None
 
 
-def unmeasured_need(estimate: int, budget: int, margin: int = 2) -> int:
+# an estimated need (no reference peak measured yet) is admitted at this many times the estimate (bounded)
+UNMEASURED_MARGIN = 2
+
+
+def unmeasured_need(estimate: int, budget: int, margin: int = UNMEASURED_MARGIN) -> int:
     """What a job of a problem whose reference peak is not measured yet asks for: ``margin`` times the meta
     device's estimate (which misses the reference's activations: gemm_bias_gelu's was 0.73x its measured
     need), but at most the larger of 5/4 of the estimate and half the budget when that is less. At twice

@@ -85,7 +85,6 @@ class GpuHold:
 
     def __init__(self, jobdir: Path, shared: bool = True) -> None:
         self.jobdir, self.shared, self.k = jobdir, shared, 0
-        self.off_s = 0.0  # seconds spent without the share
 
     def release(self) -> bool:
         if not self.shared:
@@ -107,13 +106,11 @@ class GpuHold:
 
     @contextlib.contextmanager
     def off(self) -> Iterator[None]:
-        t0 = time.monotonic()
         released = self.release()
         try:
             yield
         finally:
             if released:
-                self.off_s += time.monotonic() - t0
                 self.take()
 
     def off_for(self, fn: Callable) -> Callable:

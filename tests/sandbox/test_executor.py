@@ -527,7 +527,7 @@ def test_pool_retries_a_shared_out_of_memory_sharing_with_twice_the_grant_and_le
         mem = r["details"]["memory"]
         assert mem["alone"] is True and mem["alone_reason"] == "retry after infra:oom", mem
         assert r["details"]["retried_after"]["error_class"] == "infra:oom"
-        assert ex._need(p, True)[0] == 4 * need  # the next job of the problem is admitted with it
+        assert ex._need(p, True, False, ex.gpu_bytes)[0] == 4 * need  # the next job of the problem is admitted with it
     finally:
         ex.shutdown()
 
