@@ -16,8 +16,13 @@ export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 KERNEL
 PY=${PYTHON:-python3}
 if [ -n "${SOLO:-}" ]; then
   t0=$(date +%s%N)
-  $PY -m kernellab.cli run "$SOLO" --budget 4 --db "$OUT/solo.db" --campaign solo > "$OUT/solo.log" 2>&1
-  src=$?
+  # each line stamped with the seconds since the start: the exit's share shows after the last line
+  $PY -m kernellab.cli run "$SOLO" --budget 4 --db "$OUT/solo.db" --campaign solo 2>&1 | T0=$t0 $PY -u -c '
+import os, sys, time
+t0 = int(os.environ["T0"]) / 1e9
+for line in sys.stdin:
+    sys.stdout.write(f"{time.time() - t0:7.2f} {line}")' > "$OUT/solo.log"
+  src=${PIPESTATUS[0]}
   t1=$(date +%s%N)
   echo "solo: $SOLO --budget 4: rc $src, wall $(( (t1 - t0) / 1000000 )) ms" | tee -a "$OUT/solo.log"
   tail -n 8 "$OUT/solo.log"

@@ -55,6 +55,7 @@ from ._slots import (
     _visible_gpus,
     _Worker,
     host_workers_per_gpu,
+    kill_all,
     reference_cache_bytes,
 )
 
@@ -180,8 +181,7 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
             for threads in self._threads.values():
                 for t in threads:
                     t.join(timeout=max(0.0, until - time.monotonic()))
-        for w in list(self._workers):
-            w.kill()
+        kill_all(list(self._workers))
         for q in self._queues.values():  # jobs nobody will run
             while True:
                 try:

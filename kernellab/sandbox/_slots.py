@@ -108,11 +108,15 @@ class _Worker:
             return ""
         return data[-n:].decode("utf-8", "replace")
 
-    def kill(self) -> None:
+    def signal_kill(self) -> None:
+        """SIGKILL to the worker's process group, not waited for (:func:`kill_all` reaps many at once)."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def kill(self) -> None:
+        self.signal_kill()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:  # pragma: no cover
@@ -133,6 +137,16 @@ class _Worker:
         except Exception:
             pass
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+def kill_all(workers: list[_Worker]) -> None:
+    """Kill ``workers`` together: every one signalled, then each reaped. A killed CUDA process takes about
+    a second to tear its context down; one after another, the eight workers of an H200 host held a
+    campaign's exit for 9 s."""
+    for w in workers:
+        w.signal_kill()
+    for w in workers:
+        w.kill()
 
 
 def host_workers_per_gpu(ncpu: int, ngpus: int) -> int:

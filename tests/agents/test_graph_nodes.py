@@ -187,6 +187,29 @@ def test_tune_profile_analyze_alone(executor):
     assert an["payload"]["candidate_id"] == seed and an["payload"]["bound"] == "unknown"
 
 
+@pytest.mark.parametrize("vs_compile, profiled", [(1.4, False), (0.8, True)])
+def test_the_last_rounds_profile_runs_only_where_a_page_reads_it(vs_compile, profiled):
+    """With the budget spent, the best's profile feeds no plan: it is skipped (with its reason) when the best
+    beats torch.compile, and runs when torch.compile wins (the bench page's "where we lose" reads it)."""
+    store = Store(":memory:")
+    cid = new_campaign(store, budget=1)
+    ctx = context(store, cid, executor=None)
+    pid = state_pid(ctx)
+    problem = ctx.problems[pid]
+    code = build(problem)
+    cand = store.add_candidate(cid, pid, code.source, origin="builtin", action=code.action, meta=code.meta)
+    store.add_evaluation(cand, {"status": "correct", "interpreted": False, "device": "NVIDIA H200", "median_ms": 1.0,
+                                "eager_ms": 2.0, "compile_ms": vs_compile, "speedup_eager": 2.0,
+                                "speedup_compile": vs_compile})
+    calls = []
+    ctx.profile = lambda problem, c, best: calls.append(c["id"]) or ([], "recorded here")
+    profile_node({"problem_ids": [pid], "index": 0}, Runtime(context=ctx), step(6))
+    (ev,) = store.events(cid, "profile")
+    assert ev["payload"]["candidate_id"] == cand
+    assert calls == ([cand] if profiled else [])
+    assert ("budget is spent" in ev["payload"]["skipped"]) is not profiled
+
+
 def test_tuning_and_profiling_wait_for_a_campaign_with_time_left(executor):
     """With the time budget spent, the tune and profile steps of the round start nothing and write no
     event, so a resumed campaign with time left does them; with time left, tune gets the deadline."""
