@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 31's public-suite run (KernelBench level 1 and 2 at budget 4), one device call of many.
 #   KB_DB_GZ=experiments/results/<...>.db.gz  the last call's database, carried in the tree: the bench resumes it
-#   KB_TIMEOUT=S   SIGINT to the bench at S seconds (it saves and stops), SIGKILL 30 s later [420]
+#   KB_TIMEOUT=S   SIGINT to the bench at S seconds (it saves and stops), SIGKILL 30 s later [420]; 0: no bench
 #   KB_JOBS=N      campaigns at once [8]     KB_SUITE   [.kb/level[12]/*.py]
 #   SOLO=FILE      first, one timed `kernellab run FILE --budget 4` and where its time went
 #   KB_CROSSCHECK=S  then experiments/kb_crosscheck.py on the database for at most S seconds; KB_KEEP=JSON (an
@@ -29,6 +29,7 @@ for line in sys.stdin:
   $PY experiments/campaign_steps.py solo --db "$OUT/solo.db" 2>&1 | tee -a "$OUT/solo.log"
   gzip -f "$OUT/solo.db"
 fi
+[ "${KB_TIMEOUT:-420}" = 0 ] && exit 0  # the solo run alone
 db=/tmp/kb-public.db
 rm -f "$db"
 [ -n "${KB_DB_GZ:-}" ] && [ -f "$KB_DB_GZ" ] && gunzip -c "$KB_DB_GZ" > "$db"
