@@ -27,6 +27,7 @@ from ._gpu import (
     TooBig,
     estimate,
     measured_need,
+    need_peak,
     probes,
     retry_admission,
     unmeasured_need,
@@ -169,7 +170,7 @@ class _Admission:
                     mem["estimate_error"] = self._estimate_errors.get(key)
                 peak = mem.get("reference_peak_bytes")
                 if peak:
-                    self._note_peak(key, int(peak))
+                    self._note_peak(key, need_peak(int(peak), int(mem.get("refs_on_device_bytes") or 0)))
             if not keep:
                 self._workers.discard(worker)
                 worker.kill()

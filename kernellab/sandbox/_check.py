@@ -88,15 +88,40 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
+_WORD = {8: torch.int64, 4: torch.int32, 2: torch.int16}
+
+
+def bits_of(flat: torch.Tensor) -> torch.Tensor:
+    """A contiguous flat tensor's elements as integers of their width (bool and bytes widened to int64):
+    what a print (:func:`bit_sums`) sums."""
+    word = _WORD.get(flat.element_size())
+    return flat.view(word) if word is not None and flat.dtype != torch.bool else flat.to(torch.int64)
+
+
+_MOD = 1 << 64
+
+
+def bit_sums(bits: torch.Tensor, lo: int, sums: tuple[int, int] = (0, 0)) -> tuple[int, int]:
+    """``sums`` plus two sums of a chunk of :func:`bits_of` that starts at element ``lo``: plain and
+    position-weighted, modulo 2**64 (int64 sums wrap, and wrap alike in any chunks: equal wherever and
+    however they are computed)."""
+    b = bits.to(torch.int64)
+    w = torch.arange(lo, lo + b.numel(), device=b.device, dtype=torch.int64) % 65521 + 1
+    return (sums[0] + int(b.sum())) % _MOD, (sums[1] + int((b * w).sum())) % _MOD
+
+
 _CHUNK = 1 << 24  # elements compared at a time: full-size outputs (~1e9 elements) in float64 would
 # need tens of GB next to the problem's own tensors; chunks keep the check's memory small and fixed.
 
 
-def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> dict[str, Any]:
+def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float, sums: bool = False) -> dict[str, Any]:
     """Compare one output; returns a dict with ``ok``, ``error_class`` (when not ok), errors, and the
     first mismatched indices (Liger style: what a person debugging the kernel looks at first).
-    ``ref`` may live on another device than ``out`` (the worker keeps reference outputs on the CPU):
-    each chunk of it is moved to ``out``'s device."""
+    ``ref`` may live on another device than ``out`` (a GPU worker keeps large reference outputs on the
+    device where its grant allows, the others on the CPU): each chunk of it is moved to ``out``'s device.
+    ``sums``: also ``ref_sums``, the reference's :func:`bit_sums` over the chunks compared, which the
+    caller checks against the print taken when the reference was computed (the reference the candidate
+    met is the one computed before it was loaded)."""
     shape = tuple(ref.shape)
     rflat, oflat = ref.detach().reshape(-1), out.detach().reshape(-1)
     n = rflat.numel()
@@ -106,11 +131,16 @@ def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> d
     first_close: list[int] = []
     close_vals: list[tuple[float, float]] = []
     err_sq = ref_sq = 0.0
+    ref_sums = (0, 0)
     for lo in range(0, max(n, 1), _CHUNK):
         o = oflat[lo:lo + _CHUNK].double()
-        r = rflat[lo:lo + _CHUNK].to(o.device).double()
-        if r.numel() == 0:
+        rc = rflat[lo:lo + _CHUNK].to(o.device)
+        if rc.numel() == 0:
             break
+        if sums:
+            ref_sums = bit_sums(bits_of(rc), lo, ref_sums)
+        r = rc.double()
+        del rc
         r_fin, o_fin = torch.isfinite(r), torch.isfinite(o)
         # NaN/Inf rule: where the reference is finite, the candidate must be finite; where it is not,
         # the candidate must hold the same non-finite value (NaN where NaN, +Inf where +Inf).
@@ -136,6 +166,8 @@ def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> d
         err_sq += float(torch.where(both, (r - o) ** 2, torch.zeros_like(r)).sum())
         ref_sq += float(torch.where(both, r * r, torch.zeros_like(r)).sum())
     res: dict[str, Any] = {"ok": True, "max_abs_err": max_abs, "max_rel_err": max_rel}
+    if sums:
+        res["ref_sums"] = ref_sums
 
     def unravel(flat: list[int]) -> list[list[int]]:
         if not shape:

@@ -288,6 +288,13 @@ def measured_need(reference_peak: int, compile_timed: bool = False) -> int:
     return (3 if compile_timed else 2) * reference_peak + min(POISON_CAP, reference_peak) + JOB_OVERHEAD
 
 
+def need_peak(peak: int, refs_on_device: int = 0) -> int:
+    """A job's measured peak as :func:`measured_need` reads it: the reference outputs the job kept on the
+    device (``refs_on_device``, inside ``peak``) are held once, while the need doubles the rest (the
+    candidate's side), so half of them is taken off."""
+    return peak - refs_on_device // 2
+
+
 def regrant_cap(peak: int, grant: int | None, floor: int | None = None, compile_timed: bool = False) -> int | None:
     """The smaller grant a running job caps itself at once its reference peak ``peak`` is measured, or None
     to keep ``grant``: never below ``floor`` (a job retried after running out of its grant keeps what it was

@@ -65,13 +65,16 @@ def run_job(w: Any, job: JobSpec) -> tuple[dict, bool]:
     try:
         phase = "reference"
         w.limit_gpu_memory(job.gpu_grant_bytes)
+        w.refs_on_device = 0
         w.read()
         w.phase("reference")
         _reference(w, job, state, d)
         d["instance"] = instance_sizes(job.problem, job.small)
         if w.device_kind == "cuda":
             mem["reference_peak_bytes"] = torch.cuda.max_memory_allocated(w.device)
-            w.send(Msg.PEAK, mem["reference_peak_bytes"])  # the jobs waiting for this problem's probe go now
+            if w.refs_on_device:
+                mem["refs_on_device_bytes"] = w.refs_on_device
+            w.send(Msg.PEAK, w.need_peak())  # the jobs waiting for this problem's probe go now
         if job.need_baseline and w.device_kind == "cuda" and job.timing:
             w.phase("baseline")
             d["baseline_measured"] = _baseline(w, state)

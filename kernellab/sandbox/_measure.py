@@ -32,7 +32,7 @@ from ._result import (
     truncate,
 )
 from ._timing import _Event, _sleep, side_stream_leftover, spin_cycles, time_cpu, time_gpu
-from ._trials import _call, _integrity
+from ._trials import _call, _integrity, vouch
 
 # side-stream work: leftover device time after the end event beyond this (ms, or share of the event time)
 LEFTOVER_MS, LEFTOVER_SHARE = 0.1, 0.5
@@ -185,7 +185,7 @@ def _check_last(w: Any, state: dict, model: Any, xin: list, out: Any, d: dict) -
     computed before the candidate was loaded). When it is not, the candidate runs once more on those
     values in new tensors: right there means the timed call handed back an earlier result."""
     _sync(w.device)
-    ref = state["timing"]["final_ref"]
+    ref, prints = state["timing"]["final_ref"], state["timing"].get("final_prints")
     atol, rtol = state["atol"], state["rtol"]
 
     def wrong(o: Any) -> str | None:
@@ -193,7 +193,9 @@ def _check_last(w: Any, state: dict, model: Any, xin: list, out: Any, d: dict) -
         if bad:
             return bad[1]
         for k, (rf, ot) in enumerate(zip(ref, output_tensors(o), strict=False)):
-            c = compare(rf, ot, atol, rtol)
+            c = compare(rf, ot, atol, rtol, sums=prints is not None)
+            if prints is not None:
+                vouch(rf, c, prints[k], f"output {k} of the last timed repetition")
             if not c["ok"]:
                 return f"output {k}: {c['message']}"
         return None

@@ -19,7 +19,7 @@ worker -> executor (:data:`TO_EXECUTOR`):
   ``(READ,)`` / ``(UNREAD,)``  take / give up a shared hold of the GPU (reference, trials, compile); READ waits for GO
   ``(LOCK,)`` / ``(UNLOCK,)``  take / give up the GPU's writer lock (timing); LOCK waits for GO
   ``(REGRANT, need)``      ``Worker.regrant``: the job capped itself at ``need`` bytes; the rest of its grant goes back
-  ``(PEAK, bytes)``        ``_job``: the reference's measured peak, before the candidate runs (the probe's waiters go)
+  ``(PEAK, bytes)``        ``_job``: the reference's peak as the need reads it (``Worker.need_peak``), before the candidate runs (the probe's waiters go)
   ``(REFERENCE, key, digest)``  ``_reference``: the worker now holds reference outputs ``key`` with this digest,
                            reported before any candidate of the job ran (what a later job's reuse is checked against)
   ``(RESULT, result, restart)``  the job's result dict, and whether the worker exits after it

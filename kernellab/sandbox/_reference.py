@@ -25,10 +25,13 @@ from kernellab.vocab import SEED
 
 from ._check import (
     DISTRIBUTIONS,
+    bit_sums,
+    bits_of,
     clone_all,
     distribution,
     null_constants,
     null_verdict,
+    overlaps,
     transform,
     trial_atol,
 )
@@ -57,15 +60,10 @@ def _fingerprint(xs: list, device: torch.device | None = None) -> list:
         if not isinstance(x, torch.Tensor):
             out.append(repr(x))
             continue
-        t = x.detach().contiguous().reshape(-1)
-        word = _WORD.get(t.element_size())
-        bits = t.view(word) if word is not None and t.dtype != torch.bool else t.to(torch.int64)
-        s1 = s2 = 0
-        for lo in range(0, t.numel(), FP_CHUNK):
-            b = bits[lo:lo + FP_CHUNK].to(device or bits.device).to(torch.int64)
-            w = torch.arange(lo, lo + b.numel(), device=b.device, dtype=torch.int64) % 65521 + 1
-            s1 += int(b.sum())
-            s2 += int((b * w).sum())
+        bits = bits_of(x.detach().contiguous().reshape(-1))
+        s1, s2 = 0, 0
+        for lo in range(0, bits.numel(), FP_CHUNK):
+            s1, s2 = bit_sums(bits[lo:lo + FP_CHUNK].to(device or bits.device), lo, (s1, s2))
         out.append((tuple(x.shape), str(x.dtype), str(x.stride()), s1, s2))
     return out
 
@@ -83,15 +81,16 @@ KEEP_INPUTS_BYTES = int(float(os.environ.get("KERNELLAB_SANDBOX_KEEP_INPUTS_BYTE
 
 class _Trial:
     """One correctness trial. Read like the dict it used to be (``tr["dist"]``, ``tr["ref"]``,
-    ``tr["inputs"]``): ``ref`` are the reference outputs (on the CPU for a GPU worker), and each read
-    of ``inputs`` gives fresh tensors: a copy of small inputs kept since the reference ran, or large
-    ones regenerated on the device from the trial's seeds, so that at most one trial's large inputs
-    are alive at a time."""
+    ``tr["inputs"]``): ``ref`` are the reference outputs (for a GPU worker on the device where
+    :class:`_OnDevice` keeps them, else on the CPU) and ``out_prints`` their value prints, taken where they
+    were computed, before the candidate was loaded; each read of ``inputs`` gives fresh tensors: a copy
+    of small inputs kept since the reference ran, or large ones regenerated on the device from the
+    trial's seeds, so that at most one trial's large inputs are alive at a time."""
 
     def __init__(self, index: int, dist: str, make: Any, ref: list[torch.Tensor], prints: list,
-                 kept: list | None = None) -> None:
+                 kept: list | None = None, out_prints: list | None = None) -> None:
         self.index, self.dist, self.ref, self.prints, self._make = index, dist, ref, prints, make
-        self.kept = kept
+        self.kept, self.out_prints = kept, out_prints
 
     def inputs(self) -> list:
         if self.kept is not None:
@@ -112,12 +111,56 @@ class _Trial:
         raise KeyError(key)
 
 
-_WORD = {8: torch.int64, 4: torch.int32, 2: torch.int16}
-
-
 def _sync(dev: torch.device) -> None:
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
+
+
+# A trial's reference outputs of at least this many bytes stay on the GPU where the job's grant holds them
+# (:class:`_OnDevice`); smaller ones go to the host, where the worker's cache keeps them for later jobs.
+KEEP_ON_DEVICE_BYTES = int(float(os.environ.get("KERNELLAB_SANDBOX_KEEP_ON_DEVICE_BYTES", 256 << 20)))
+
+
+def keeps_on_device(working_peak: int, kept: int, nbytes: int, grant: int, compile_timed: bool = False) -> bool:
+    """Whether a job granted ``grant`` bytes keeps ``nbytes`` more reference outputs on the device, beside the
+    ``kept`` it keeps already: when they are large (``KEEP_ON_DEVICE_BYTES``) and the grant holds all of them
+    once next to the need of the reference's working peak (``_gpu.measured_need``: the candidate's side
+    twice over). At KernelBench's level-1 sizes (6.4 GB outputs) the copies to pageable host memory ran at
+    1.4 GB/s: 22-25 s of a 28-32 s reference, and 3-10 s more for the check's way back."""
+    from ._gpu import measured_need
+
+    return nbytes >= KEEP_ON_DEVICE_BYTES and measured_need(working_peak, compile_timed) + kept + nbytes <= grant
+
+
+class _OnDevice:
+    """The reference outputs one GPU job keeps on the device (``bytes``), decided output list by output
+    list with :func:`keeps_on_device` on the job's grant (the device's memory when it has none)."""
+
+    def __init__(self, dev: torch.device, grant: int | None, compile_timed: bool) -> None:
+        self.dev, self.compile_timed, self.bytes, self.lists = dev, compile_timed, 0, 0
+        self.grant = grant or torch.cuda.get_device_properties(dev).total_memory
+
+    def take(self, nbytes: int) -> bool:
+        work = torch.cuda.max_memory_allocated(self.dev) - self.bytes
+        if not keeps_on_device(work, self.bytes, nbytes, self.grant, self.compile_timed):
+            return False
+        self.bytes += nbytes
+        self.lists += 1
+        return True
+
+
+def _owned(outs: list[torch.Tensor], others: list) -> list[torch.Tensor]:
+    """``outs`` detached, each one that shares memory with a tensor of ``others`` (a parameter: a model may
+    return one) or views a larger storage (a slice of an activation) copied: what is kept is the
+    reference's alone, and as large as it is counted."""
+    mine = []
+    for t in outs:
+        t = t.detach()
+        if t.untyped_storage().nbytes() > t.numel() * t.element_size() or any(
+                isinstance(o, torch.Tensor) and overlaps(t, o) for o in others):
+            t = t.clone()
+        mine.append(t)
+    return mine
 
 
 class _ProblemFault(Exception):
@@ -178,10 +221,12 @@ def _reference(w: Any, job: JobSpec, state: dict, d: dict) -> None:
             parts[name] = parts.get(name, 0.0) + now - clock[0]
             clock[0] = now
 
-        # the outputs' prints where they are computed (on the device: cheap), while they may still be cached
+        # the outputs' prints where they are computed (on the device: cheap): what the check holds them to,
+        # and, while they may still be cached, what a later job's reuse is checked against
         cap = int(job.ref_cache_bytes or 0) if job.reuse_reference else 0
         ref_prints: list | None = [] if entry is None and cap > 0 else None
         held = 0
+        on_device = _OnDevice(dev, job.gpu_grant_bytes, bool(job.time_compile)) if dev.type == "cuda" else None
 
         atol, rtol = settings["atol"], settings["rtol"]
         # A job of fewer trials than distributions (a tuning trial's two) whose trials a null output would all
@@ -200,15 +245,19 @@ def _reference(w: Any, job: JobSpec, state: dict, d: dict) -> None:
                 consts.extend(null_constants(outs, max(atols[:n]), rtol))
             nulls.append(null_verdict(outs, atols[t], rtol, consts))
 
-        def computed(outs: list[torch.Tensor]) -> list[torch.Tensor]:
+        def computed(outs: list[torch.Tensor], ins: list) -> tuple[list[torch.Tensor], list]:
             nonlocal ref_prints, held
-            held += sum(t_.numel() * t_.element_size() for t_ in outs)
+            prints = _value_prints(outs)
+            nbytes = sum(t_.numel() * t_.element_size() for t_ in outs)
+            if on_device is not None and on_device.take(nbytes):
+                ref_prints = None  # this job's alone: the cache holds outputs on the host only
+                return _owned(outs, list(ins) + list(inst.model.parameters()) + list(inst.model.buffers())), prints
+            held += nbytes
             if ref_prints is not None and held <= cap:
-                ref_prints.append(_value_prints(outs))
+                ref_prints.append(prints)
             else:
                 ref_prints = None
-            # on the CPU, not next to the candidate's trial: one trial at a time on the device
-            return [t_.detach().to("cpu") for t_ in outs]
+            return [t_.detach().to("cpu") for t_ in outs], prints
 
         def more(t: int) -> bool:
             if entry is not None:
@@ -230,7 +279,7 @@ def _reference(w: Any, job: JobSpec, state: dict, d: dict) -> None:
                 if prints != entry.input_prints[t]:
                     raise _ProblemFault(f"trial {t}: get_inputs gave other inputs under the same seed than when the "
                                         "reference ran (the problem's inputs must be reproducible from torch's seed)")
-                ref = entry.refs[t]
+                ref, out_prints = entry.refs[t], entry.ref_prints[t]
             else:
                 with torch.no_grad():
                     _reseed(t)
@@ -240,10 +289,11 @@ def _reference(w: Any, job: JobSpec, state: dict, d: dict) -> None:
                     raise _ProblemFault(f"{problem.label}: Model.forward returned no tensors")
                 judged(t, ref)
                 lap("null_check")
-                ref = computed(ref)
-                lap("to_host")
+                ref, out_prints = computed(ref, x)
+                lap("keep")  # to the host, or kept on the device (_OnDevice)
             size = sum(v.numel() * v.element_size() for v in x if isinstance(v, torch.Tensor))
-            trials.append(_Trial(t, distribution(t), make, ref, prints, kept=x if size <= KEEP_INPUTS_BYTES else None))
+            trials.append(_Trial(t, distribution(t), make, ref, prints, kept=x if size <= KEEP_INPUTS_BYTES else None,
+                                 out_prints=out_prints))
             del x
             t += 1
         if len(trials) > n:
@@ -254,13 +304,14 @@ def _reference(w: Any, job: JobSpec, state: dict, d: dict) -> None:
             # and the reference output for the last timed repetition's mix
             base = make_inputs(mod, inst.dtype, dev, SEED + 500)
             if entry is not None:
-                final_ref = entry.final_ref
+                final_ref, final_prints = entry.final_ref, entry.ref_prints[-1]
             else:
                 final = _Fresh.mix(trials[0]["inputs"], base, FINAL_MIX)
                 with torch.no_grad():
                     _reseed(_FINAL_TRIAL)
-                    final_ref = computed(output_tensors(inst.model(*clone_all(final))) or [])
-            timing = {"base": base, "final_ref": final_ref}
+                    final_ref, final_prints = computed(output_tensors(inst.model(*clone_all(final))) or [], final)
+                del final
+            timing = {"base": base, "final_ref": final_ref, "final_prints": final_prints}
         _sync(dev)
         if ref_prints is not None:
             made = cache.put(key, [tr.ref for tr in trials], timing["final_ref"] if timing else None,
@@ -276,6 +327,9 @@ def _reference(w: Any, job: JobSpec, state: dict, d: dict) -> None:
         raise _ProblemFault(msg) from exc
     info.update(reused=entry is not None, s=round(time.perf_counter() - t_ref, 3),
                 parts_s={k: round(v, 3) for k, v in parts.items()})
+    w.refs_on_device = on_device.bytes if on_device is not None else 0
+    if w.refs_on_device:  # what the job's peak holds once, not twice (Worker.need_peak)
+        info.update(on_device_bytes=on_device.bytes, on_device_lists=on_device.lists)
     state.update(ref_mod=mod, ref_model=inst.model, init=inst.init_inputs, dtype=inst.dtype, null=nulls,
                  atol=settings["atol"], rtol=settings["rtol"], trials=trials, mode=settings["mode"], timing=timing)
     d["tolerance"] = {"atol": settings["atol"], "rtol": settings["rtol"], "dtype": settings["dtype"]}

@@ -21,6 +21,7 @@ import torch
 from kernellab.problem import output_tensors
 
 from ._check import (
+    _WORD,
     LARGE_SCALE,
     anchored,
     check_structure,
@@ -32,7 +33,7 @@ from ._check import (
 )
 from ._gpu import POISON_CAP
 from ._protocol import JobSpec
-from ._reference import _WORD, _fingerprint, _ProblemFault, _reseed, _sync, _Trial
+from ._reference import _fingerprint, _ProblemFault, _reseed, _sync, _Trial
 from ._result import (
     Incorrect,
     Rejected,
@@ -217,10 +218,21 @@ def _trials(w: Any, job: JobSpec, state: dict, model: Any, d: dict, r: dict, fir
     state["launch_s"] = w.counter.seconds
 
 
+def vouch(ref: torch.Tensor, c: dict, want: Any, what: str) -> None:
+    """The reference output a comparison read (``c["ref_sums"]``) must be the one computed before the candidate
+    was loaded (its print ``want``): one that changed since (the candidate wrote into it, on the device or on
+    the host) would pass a wrong output; rejected."""
+    if (tuple(ref.shape), str(ref.dtype), *c["ref_sums"]) != tuple(want):
+        raise Rejected("reference_modified", f"the reference {what} changed after the candidate was loaded: "
+                                             "the candidate wrote into memory that is not its own")
+
+
 def _compare_trial(state: dict, tr: _Trial, k: int, ref: torch.Tensor, out: torch.Tensor, atol: float) -> dict:
     """``compare`` of output ``k`` of trial ``tr``; a mismatch on a synthetic distribution is judged
     once more against the fp64 reference (``_anchor``), whose verdict then decides (``c["fp64"]``)."""
-    c = compare(ref, out, atol, state["rtol"])
+    c = compare(ref, out, atol, state["rtol"], sums=tr.out_prints is not None)
+    if tr.out_prints is not None:
+        vouch(ref, c, tr.out_prints[k], f"output {k} of trial {tr.index}")
     if not c["ok"] and c["error_class"] == "mismatch" and tr["dist"] != "problem":
         a = _anchor(state, tr, k, ref, out, atol)
         if a is not None:

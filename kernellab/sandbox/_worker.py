@@ -43,6 +43,7 @@ class Worker:
         self.device_kind = os.environ.get("KERNELLAB_SANDBOX_DEVICE", "cpu")
         self.home = Path.cwd()
         self.jobs = 0
+        self.refs_on_device = 0  # the bytes of reference outputs the job in progress keeps on the device
         if self.device_kind == "cuda":
             torch.cuda.init()
             self.device = torch.device("cuda", 0)
@@ -156,6 +157,12 @@ class Worker:
         self.torch.cuda.set_per_process_memory_fraction(frac, self.device)
         self.torch.cuda.reset_peak_memory_stats(self.device)
 
+    def need_peak(self) -> int:
+        """The job's peak so far as the need reads it (``_gpu.need_peak``)."""
+        from ._gpu import need_peak
+
+        return need_peak(int(self.torch.cuda.max_memory_allocated(self.device)), self.refs_on_device)
+
     def regrant(self, grant: int | None, floor: int | None = None, compile_timed: bool = False) -> None:
         """After the reference (and the baseline) ran: cap this job's allocator at the need its measured
         reference peak gives (what later jobs of the problem are admitted with), when that is less than
@@ -166,7 +173,7 @@ class Worker:
             return
         from ._gpu import regrant_cap
 
-        need = regrant_cap(int(self.torch.cuda.max_memory_allocated(self.device)), grant, floor, compile_timed)
+        need = regrant_cap(self.need_peak(), grant, floor, compile_timed)
         if need is not None:
             self.torch.cuda.set_per_process_memory_fraction(min(1.0, need / self.total_bytes), self.device)
             self.send(Msg.REGRANT, need)

@@ -467,6 +467,49 @@ def test_a_regrant_keeps_what_a_retime_and_a_retry_need():
     assert regrant_cap(gib, 2 * gib) is None and regrant_cap(gib, None) is None  # a grant only shrinks
 
 
+def test_large_reference_outputs_stay_on_the_device_while_the_grant_holds_them_once():
+    from kernellab.sandbox._gpu import measured_need, need_peak
+    from kernellab.sandbox._reference import KEEP_ON_DEVICE_BYTES, keeps_on_device
+
+    gb = 10**9
+    # KernelBench level 1's elementwise problems: 6.4 GB outputs, a working peak of about 19.2 GB (an input,
+    # its clone, the output); a probe's grant of 70.7 GB (half the H200's budget) holds four of the six
+    work, out, grant = 19_200_000_000, 6_400_000_000, 70_700_000_000
+    kept = 0
+    while keeps_on_device(work, kept, out, grant):
+        kept += out
+    assert kept == 4 * out and measured_need(work) + kept <= grant < measured_need(work) + kept + out
+    # held once in the need the job reports: the rest of its peak doubles (the candidate's side), they do not
+    assert measured_need(need_peak(work + kept, kept)) == measured_need(work) + kept
+    assert need_peak(work) == work
+    # a later job granted that need keeps as many; a re-timing's need (three times the peak) leaves less room
+    assert keeps_on_device(work, 2 * out, out, measured_need(work) + kept)
+    assert not keeps_on_device(work, 2 * out, out, measured_need(work) + kept, compile_timed=True)
+    # small outputs go to the host, whatever the room: cheap to copy, and the worker's cache keeps them
+    assert not keeps_on_device(1 << 20, 0, KEEP_ON_DEVICE_BYTES - 1, 100 * gb)
+    assert keeps_on_device(1 << 20, 0, KEEP_ON_DEVICE_BYTES, 100 * gb)
+
+
+def test_a_reference_print_is_the_same_in_any_chunks_and_wherever_it_is_taken():
+    """The check holds each reference output to the print taken when it was computed, summed in the
+    fingerprint's chunks there and in the comparison's chunks here: equal, also where the int64 sums wrap."""
+    import torch
+
+    from kernellab.sandbox._check import compare
+    from kernellab.sandbox._reference import _value_prints
+
+    for t in (torch.randn(3 << 22) * 1e30, torch.randint(-(1 << 62), 1 << 62, (1 << 21,)), torch.rand(5, 7) > 0.5,
+              torch.randn(64, 33).t(), torch.randn(0)):
+        (want,) = _value_prints([t])
+        c = compare(t, t.clone(), 1e-5, 1e-5, sums=True)
+        assert (tuple(t.shape), str(t.dtype), *c["ref_sums"]) == want
+        if t.numel():
+            at = tuple(n // 2 for n in t.shape)
+            t[at] = ~t[at] if t.dtype == torch.bool else t[at] * 2 + 1
+            (changed,) = _value_prints([t])
+            assert changed != want
+
+
 def test_a_prepare_job_computes_the_reference_ahead_of_the_first_evaluation():
     p = _problem("prepare")
     ex = LocalExecutor(cpu_workers=1)
