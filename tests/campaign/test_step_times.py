@@ -47,13 +47,14 @@ def test_a_cpu_campaign_records_the_seconds_of_each_step(tmp_path: Path, monkeyp
     # the evaluations' wall seconds by sandbox phase, summed over the step's jobs
     phases = by["evaluate"][0]["phases"]
     assert {"reference", "load", "compile"} <= set(phases) and all(v >= 0 for v in phases.values()), phases
-    assert by["evaluate"][0]["candidates"] == 2
+    # the builtin seed first; the Inductor seed in the same round when compiled by its plan, else in the next
+    assert sum(e["candidates"] for e in by["evaluate"]) == 2
     if "tune" in by:  # a candidate with a SPACE was correct: its trials are counted
         assert by["tune"][0]["trials"] >= 1
 
     out = buf.getvalue()
     assert out.index("compiling the Inductor seed (torch.compile)") < out.index("Inductor seed compiled in"), out
-    assert "2 evaluation(s) in" in out and "time by step: " in out, out
+    assert ("2 evaluation(s) in" in out or "1 evaluation(s) in" in out) and "time by step: " in out, out
 
     summary = step_times(store, "steps")
     steps = {r["step"]: r for r in summary["steps"]}

@@ -29,22 +29,26 @@ TAMPERS = textwrap.dedent('''
                 if type(o).__name__ == "_Cached":
                     for ts in o.refs:
                         for t in ts:
-                            t.zero_()
+                            if OTHERS_ONLY is False or t.shape != x.shape:
+                                t.zero_()
             return torch.relu(x * 2.0) + 1.0
+    OTHERS_ONLY = False
 ''')
+# zeroes the cached outputs of other problems only: its own checks, which read its own, pass
+TAMPERS_OTHERS = TAMPERS.replace("OTHERS_ONLY = False", "OTHERS_ONLY = True")
 
 
-def _problem(name: str = "reuse") -> Problem:
+def _problem(name: str = "reuse", shape: str = "8, 127") -> Problem:
     return Problem(name=name, source=textwrap.dedent('''
         import torch
         class Model(torch.nn.Module):
             def forward(self, x):
                 return torch.relu(x * 2.0) + 1.0
         def get_inputs():
-            return [torch.randn(8, 127)]
+            return [torch.randn(SHAPE)]
         def get_init_inputs():
             return []
-    '''))
+    ''').replace("SHAPE", shape))
 
 
 def _ref(r: dict) -> dict:
@@ -78,8 +82,13 @@ def test_reference_outputs_changed_by_a_candidate_are_not_reused():
     try:
         assert evaluate(p, RELU, trials=2, timing=False, executor=ex)["status"] == "correct"
         bad = evaluate(p, TAMPERS, trials=2, timing=False, executor=ex)
-        # it zeroed the outputs its own trials were judged against: not correct
-        assert bad["status"] != "correct", bad
+        # it zeroed the outputs its own trials are judged against: the comparison holds them to their prints
+        assert bad["error_class"] == "integrity:reference_modified", bad
+        assert evaluate(p, RELU, trials=2, timing=False, executor=ex)["status"] == "correct"  # a new worker's
+        # a candidate of another problem that zeroes this one's cached outputs passes its own checks: this
+        # problem's next job finds its cache changed and computes the outputs anew
+        other = evaluate(_problem("other", "4, 63"), TAMPERS_OTHERS, trials=2, timing=False, executor=ex)
+        assert other["status"] == "correct", other["error_text"]
         after = evaluate(p, RELU, trials=2, timing=False, executor=ex)
         assert after["status"] == "correct", after["error_text"]
         assert _ref(after).get("cache_changed") is True and _ref(after)["reused"] is False

@@ -97,6 +97,7 @@ class BuiltinAgents:
         self.inductor = inductor
         self._seeds: dict[str, Future] = {}
         self._seeds_lock = threading.Lock()
+        self._proposed: set[str] = set()  # problems whose Inductor seed was proposed (once: a failed one is not retried)
 
     def prefetch(self, problems: list[Problem]) -> None:
         """Start the Inductor seeds' torch.compile now (a child process each, see ``inductor.py``), so
@@ -120,15 +121,19 @@ class BuiltinAgents:
     def plan(self, problem: Problem, tree: list[dict], k: int, reference: dict) -> list[Proposal]:
         if k <= 0:
             return []
+        # The Inductor seed joins the first round whose plan finds its compile done, at the latest the second:
+        # waiting for it in the first held a solo campaign's first results 16-21 s (a cold torch.compile), with
+        # the builtin seed evaluated, tuned and profiled meanwhile instead. The second round's first proposal, it
+        # makes the same candidates as before (round one seeds, round two the builtin seed's variants).
+        inductor = self._inductor_now(problem, tree)
         if not tree:
             props = [Proposal(None, "seed: fused Triton kernels", "capture, partition, one kernel per group")]
             if _needs_ieee(problem, built(problem)):
                 props.append(Proposal(None, LibraryGemm("*").describe(),
                                       "fp32 GEMMs need IEEE dots: cuBLAS runs them faster than FMA-unit Triton",
                                       action=LibraryGemm("*").to_dict()))
-            if self.inductor is not None:
-                props.insert(1, inductor_proposal())
-            return props[:k]
+            props[1:1] = inductor
+            return self._handed(problem, props[:k])
         # a library-only node (cuBLAS for everything) has nothing of ours left to change: expand the
         # best node that runs kernels of its own instead, so the budget goes to kernel variants
         # a node without an action list (the Inductor seed) has nothing to replay: the best one that has
@@ -157,7 +162,22 @@ class BuiltinAgents:
                 scored.append((gain, Proposal(row["id"], x.text, x.reason, expected_gain=round(gain, 3),
                                               action=x.action.to_dict())))
         scored.sort(key=lambda t: -t[0])
-        return [p for _, p in scored[:k]]
+        return self._handed(problem, (inductor + [p for _, p in scored])[:k])
+
+    def _inductor_now(self, problem: Problem, tree: list[dict]) -> list[Proposal]:
+        """The Inductor seed's proposal for this round's plan, if any (see ``plan``): none once proposed, by
+        this process or by the one that grew the tree (a resumed campaign's)."""
+        if self.inductor is None or problem.id in self._proposed or any(
+                r.get("origin") == "inductor" or "inductor" in (r.get("meta") or {}) for r in tree):
+            return []
+        if not tree and not self._seed(problem).done():  # starts the compile if prefetch did not
+            return []
+        return [inductor_proposal()]
+
+    def _handed(self, problem: Problem, props: list[Proposal]) -> list[Proposal]:
+        if any((p.action or {}).get("kind") == INDUCTOR_ACTION for p in props):
+            self._proposed.add(problem.id)
+        return props
 
     # -- code -------------------------------------------------------------------------------------
     def code(self, problem: Problem, proposal: Proposal, parent: dict | None) -> Code:
