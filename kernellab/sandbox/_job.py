@@ -148,6 +148,7 @@ def run_job(w: Any, job: JobSpec) -> tuple[dict, bool]:
             restart = restart or must_restart
             d["phase"] = phase
     finally:
+        w.record_spans(None)  # a trial that raised left its spans recording
         if state.get("locked"):
             w.unlock()
         if w.device_kind == "cuda":

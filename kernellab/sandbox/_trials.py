@@ -149,7 +149,8 @@ def _trials(w: Any, job: JobSpec, state: dict, model: Any, d: dict, r: dict, fir
     windows = d.setdefault("trial_windows", []) if dev.type == "cuda" else []
     for i, tr in enumerate(state["trials"]):
         w.read()
-        t_read = time.time()  # wall clock, to show that no trial overlaps another job's timing
+        spans: list = []
+        w.record_spans(spans if dev.type == "cuda" else None)  # wall clock: no trial overlaps another job's timing
         xin = tr["inputs"]
         sizes = [(t.numel() * t.element_size(), dev) for t in tr["ref"]]
         sizes += [(t.untyped_storage().nbytes(), t.device) for t in xin if isinstance(t, torch.Tensor)]
@@ -208,7 +209,8 @@ def _trials(w: Any, job: JobSpec, state: dict, model: Any, d: dict, r: dict, fir
         del outs
         if dev.type == "cuda":
             _sync(dev)
-            windows.append((t_read, time.time()))
+        w.record_spans(None)
+        windows.extend(spans)
         w.unread()
     null = judge_null(state["null"], state["atol"], state["rtol"], per_trial)
     if null:  # the problem's fault, not the candidate's: judged when the candidate passed every trial

@@ -44,6 +44,8 @@ class Worker:
         self.home = Path.cwd()
         self.jobs = 0
         self.refs_on_device = 0  # the bytes of reference outputs the job in progress keeps on the device
+        self._spans: list | None = None  # record_spans
+        self._since: float | None = None
         if self.device_kind == "cuda":
             torch.cuda.init()
             self.device = torch.device("cuda", 0)
@@ -102,11 +104,29 @@ class Worker:
         if msg[0] != Msg.GO:  # pragma: no cover - protocol error
             raise RuntimeError(f"sandbox protocol: expected go, got {msg[0]}")
         self.reading = True
+        if self._spans is not None:
+            self._since = time.time()
 
     def unread(self) -> None:
         if self.reading:
             self.reading = False
+            self._span_end()
             self.send(Msg.UNREAD)
+
+    def record_spans(self, into: list | None) -> None:
+        """From now (``into`` a list) until called with None: append to ``into`` each wall-clock span this worker
+        holds its shared hold of the GPU (a compile's :meth:`off_gpu` stretch ends one and starts the next),
+        which is when its GPU work may run: a trial's ``details.trial_windows``."""
+        if into is None:
+            self._span_end()
+            self._spans = None
+            return
+        self._spans, self._since = into, time.time() if self.reading else None
+
+    def _span_end(self) -> None:
+        if self._spans is not None and self._since is not None:
+            self._spans.append((self._since, time.time()))
+        self._since = None
 
     def off_gpu(self, fn: Any) -> Any:
         """``fn`` run without this worker's shared hold of the GPU, when it holds one: for host-only work

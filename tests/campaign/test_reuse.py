@@ -18,14 +18,15 @@ TINY = dict(budget=1, width=1, debug_rounds=0)
 
 
 class CountingExecutor(LocalExecutor):
-    """The real local executor; counts the evaluate step's jobs (not the winners' re-timings)."""
+    """The real local executor; counts the evaluate step's jobs (not the winners' re-timings, nor the
+    reference-and-baseline job a GPU campaign starts with)."""
 
     def __init__(self) -> None:
         super().__init__(cpu_workers=1)
         self.evaluations = 0
 
     def submit(self, job):
-        if not job.retime:
+        if not job.retime and not job.prepare:
             self.evaluations += 1
         return super().submit(job)
 
