@@ -162,6 +162,12 @@ def test_the_inductor_seed_joins_the_first_round_whose_plan_finds_it_compiled() 
     ready._seeds[problem.id] = agents._seeds[problem.id]
     on = ready.plan(problem, [], 4, {})
     assert len(on) == len(off) + 1 and on[1].action == ind
+    # where the first round's seeds would use up k (a GEMM needing IEEE dots: the builtin and the cuBLAS seeds, on
+    # a budget of 2), it is among them, compiled or not, as before (the code step waits for the rest of it)
+    gemm = load_problem(Path(__file__).resolve().parents[1] / "sandbox" / "problems" / "square_matmul.py")
+    assert len(BuiltinAgents().plan(gemm, [], 4, {})) == 2
+    tight = BuiltinAgents(inductor={"device": "cpu", "small": True})
+    assert [p.action for p in tight.plan(gemm, [], 2, {})] == [None, ind]
     # a resumed campaign's tree that has it already: not proposed again
     grown = tree + [{"id": "ind", "parent_id": None, "selected": False, "origin": "inductor",
                      "meta": {"inductor": {}}, "best": ok}]

@@ -124,16 +124,18 @@ class BuiltinAgents:
         # The Inductor seed joins the first round whose plan finds its compile done, at the latest the second:
         # waiting for it in the first held a solo campaign's first results 16-21 s (a cold torch.compile), with
         # the builtin seed evaluated, tuned and profiled meanwhile instead. The second round's first proposal, it
-        # makes the same candidates as before (round one seeds, round two the builtin seed's variants).
-        inductor = self._inductor_now(problem, tree)
+        # makes the same candidates as before (round one the seeds, round two the builtin seed's variants). It
+        # waits only where the budget has room for it after the first round's seeds: k = min(width, budget left)
+        # above their number leaves at least one.
         if not tree:
             props = [Proposal(None, "seed: fused Triton kernels", "capture, partition, one kernel per group")]
             if _needs_ieee(problem, built(problem)):
                 props.append(Proposal(None, LibraryGemm("*").describe(),
                                       "fp32 GEMMs need IEEE dots: cuBLAS runs them faster than FMA-unit Triton",
                                       action=LibraryGemm("*").to_dict()))
-            props[1:1] = inductor
+            props[1:1] = self._inductor_now(problem, tree, may_wait=len(props) < k)
             return self._handed(problem, props[:k])
+        inductor = self._inductor_now(problem, tree)
         # a library-only node (cuBLAS for everything) has nothing of ours left to change: expand the
         # best node that runs kernels of its own instead, so the budget goes to kernel variants
         # a node without an action list (the Inductor seed) has nothing to replay: the best one that has
@@ -164,13 +166,14 @@ class BuiltinAgents:
         scored.sort(key=lambda t: -t[0])
         return self._handed(problem, (inductor + [p for _, p in scored])[:k])
 
-    def _inductor_now(self, problem: Problem, tree: list[dict]) -> list[Proposal]:
+    def _inductor_now(self, problem: Problem, tree: list[dict], may_wait: bool = False) -> list[Proposal]:
         """The Inductor seed's proposal for this round's plan, if any (see ``plan``): none once proposed, by
-        this process or by the one that grew the tree (a resumed campaign's)."""
+        this process or by the one that grew the tree (a resumed campaign's); ``may_wait``: none yet while its
+        compile is under way."""
         if self.inductor is None or problem.id in self._proposed or any(
                 r.get("origin") == "inductor" or "inductor" in (r.get("meta") or {}) for r in tree):
             return []
-        if not tree and not self._seed(problem).done():  # starts the compile if prefetch did not
+        if may_wait and not self._seed(problem).done():  # starts the compile if prefetch did not
             return []
         return [inductor_proposal()]
 
