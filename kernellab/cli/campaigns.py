@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
@@ -39,7 +41,6 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
     A stopped or killed campaign continues with `kernellab resume NAME`.
     """
     from kernellab.campaign import CampaignConfig, CampaignError, check_campaign, run_campaign, start_campaign
-    from kernellab.progress import Progress
 
     config = CampaignConfig(problems=list(problems), device=None if device == "auto" else device, **opts)
     try:
@@ -48,25 +49,42 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
     # the cluster too: one that cannot be reached, or has no worker for the device, writes nothing
-    executor = _cluster_executor(cluster, slots=max(1, opts.get("width") or 1), device=config.device)
-    try:
+    with _shut_down_after(_cluster_executor(cluster, slots=max(1, opts.get("width") or 1),
+                                            device=config.device)) as executor:
         try:
             store = _store(db, must_exist=False)
             cid = start_campaign(store, config, name=name, problems=checked)
         except CampaignError as exc:
             raise UsageFailure(str(exc)) from None
-        try:
-            with Progress(enabled=None if not as_json else False) as progress:
-                if executor is not None:
-                    executor.progress = progress
-                summary = _interruptible(lambda: run_campaign(store, cid, progress=progress, executor=executor),
-                                         store, cid, progress)
-        except CampaignError as exc:  # e.g. CampaignBusy: resumed by another process already
-            raise UsageFailure(str(exc)) from None
+        summary = _with_panel(executor, as_json, store, cid,
+                              lambda progress: run_campaign(store, cid, progress=progress, executor=executor))
+    _finish(summary, as_json, store)
+
+
+@contextlib.contextmanager
+def _shut_down_after(executor: Any) -> Iterator[Any]:
+    """``executor`` (a cluster's, or None: the campaign's own local one), shut down at the block's end, also when
+    the campaign could not start."""
+    try:
+        yield executor
     finally:
         if executor is not None:
             executor.shutdown()
-    _finish(summary, as_json, store)
+
+
+def _with_panel(executor: Any, as_json: bool, store: Any, cid: str, work: Callable[[Any], dict]) -> dict:
+    """``work(progress)`` under the live panel (none with --json), stopped resumably by a signal or an LLM stop
+    (``_interruptible``); a ``CampaignError`` then (``CampaignBusy``: another process resumed it) is a usage error."""
+    from kernellab.campaign import CampaignError
+    from kernellab.progress import Progress
+
+    try:
+        with Progress(enabled=None if not as_json else False) as progress:
+            if executor is not None:
+                executor.progress = progress
+            return _interruptible(lambda: work(progress), store, cid, progress)
+    except CampaignError as exc:
+        raise UsageFailure(str(exc)) from None
 
 
 @click.command()
@@ -82,8 +100,7 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
 def resume(campaign: str, usd_budget: float | None, db: str, as_json: bool, cluster: str | None = None) -> None:
     """Continue CAMPAIGN (name or id) after a stop, a crash or kill -9: finished evaluations are kept,
     none is run twice, and the campaign reaches the budget it was given."""
-    from kernellab.campaign import CampaignError, resume_campaign
-    from kernellab.progress import Progress
+    from kernellab.campaign import resume_campaign
 
     store = _store(db)
     camp = store.get_campaign(campaign)
@@ -91,18 +108,10 @@ def resume(campaign: str, usd_budget: float | None, db: str, as_json: bool, clus
         raise UsageFailure(f"no campaign {campaign!r} in {db}")
     config = camp.get("config") or {}
     # checked before any work, as for run: a cluster that cannot be reached or lacks the device's workers
-    executor = _cluster_executor(cluster, slots=max(1, config.get("width") or 1), device=config.get("device"))
-    try:
-        with Progress(enabled=None if not as_json else False) as progress:
-            if executor is not None:
-                executor.progress = progress
-            summary = _interruptible(lambda: resume_campaign(store, camp["id"], progress=progress, executor=executor,
-                                                             usd_budget=usd_budget), store, camp["id"], progress)
-    except CampaignError as exc:
-        raise UsageFailure(str(exc)) from None
-    finally:
-        if executor is not None:
-            executor.shutdown()
+    with _shut_down_after(_cluster_executor(cluster, slots=max(1, config.get("width") or 1),
+                                            device=config.get("device"))) as executor:
+        summary = _with_panel(executor, as_json, store, camp["id"], lambda progress: resume_campaign(
+            store, camp["id"], progress=progress, executor=executor, usd_budget=usd_budget))
     _finish(summary, as_json, store)
 
 
