@@ -88,7 +88,7 @@ class _Trial:
     trial's seeds, so that at most one trial's large inputs are alive at a time."""
 
     def __init__(self, index: int, dist: str, make: Any, ref: list[torch.Tensor], prints: list,
-                 kept: list | None = None, out_prints: list | None = None) -> None:
+                 out_prints: list, kept: list | None = None) -> None:
         self.index, self.dist, self.ref, self.prints, self._make = index, dist, ref, prints, make
         self.kept, self.out_prints = kept, out_prints
 
@@ -150,9 +150,10 @@ class _OnDevice:
 
 
 def _owned(outs: list[torch.Tensor], others: list) -> list[torch.Tensor]:
-    """``outs`` detached, each one that shares memory with a tensor of ``others`` (a parameter: a model may
-    return one) or views a larger storage (a slice of an activation) copied: what is kept is the
-    reference's alone, and as large as it is counted."""
+    """``outs`` detached, each one that shares memory with a tensor of ``others`` (a parameter or buffer: a model
+    may return one) or views a larger storage (a slice of an activation) copied: what is kept is the
+    reference's alone, and as large as it is counted. (The forward ran on clones of the trial's inputs, which
+    nothing else holds.)"""
     mine = []
     for t in outs:
         t = t.detach()
@@ -245,13 +246,13 @@ def _reference(w: Any, job: JobSpec, state: dict, d: dict) -> None:
                 consts.extend(null_constants(outs, max(atols[:n]), rtol))
             nulls.append(null_verdict(outs, atols[t], rtol, consts))
 
-        def computed(outs: list[torch.Tensor], ins: list) -> tuple[list[torch.Tensor], list]:
+        def computed(outs: list[torch.Tensor]) -> tuple[list[torch.Tensor], list]:
             nonlocal ref_prints, held
             prints = _value_prints(outs)
             nbytes = sum(t_.numel() * t_.element_size() for t_ in outs)
             if on_device is not None and on_device.take(nbytes):
                 ref_prints = None  # this job's alone: the cache holds outputs on the host only
-                return _owned(outs, list(ins) + list(inst.model.parameters()) + list(inst.model.buffers())), prints
+                return _owned(outs, list(inst.model.parameters()) + list(inst.model.buffers())), prints
             held += nbytes
             if ref_prints is not None and held <= cap:
                 ref_prints.append(prints)
@@ -289,11 +290,11 @@ def _reference(w: Any, job: JobSpec, state: dict, d: dict) -> None:
                     raise _ProblemFault(f"{problem.label}: Model.forward returned no tensors")
                 judged(t, ref)
                 lap("null_check")
-                ref, out_prints = computed(ref, x)
+                ref, out_prints = computed(ref)
                 lap("keep")  # to the host, or kept on the device (_OnDevice)
             size = sum(v.numel() * v.element_size() for v in x if isinstance(v, torch.Tensor))
-            trials.append(_Trial(t, distribution(t), make, ref, prints, kept=x if size <= KEEP_INPUTS_BYTES else None,
-                                 out_prints=out_prints))
+            trials.append(_Trial(t, distribution(t), make, ref, prints, out_prints,
+                                 kept=x if size <= KEEP_INPUTS_BYTES else None))
             del x
             t += 1
         if len(trials) > n:
@@ -309,8 +310,7 @@ def _reference(w: Any, job: JobSpec, state: dict, d: dict) -> None:
                 final = _Fresh.mix(trials[0]["inputs"], base, FINAL_MIX)
                 with torch.no_grad():
                     _reseed(_FINAL_TRIAL)
-                    final_ref, final_prints = computed(output_tensors(inst.model(*clone_all(final))) or [], final)
-                del final
+                    final_ref, final_prints = computed(output_tensors(inst.model(*clone_all(final))) or [])
             timing = {"base": base, "final_ref": final_ref, "final_prints": final_prints}
         _sync(dev)
         if ref_prints is not None:
