@@ -399,6 +399,8 @@ def _jobs_text(res: dict) -> str:
 
 
 def markdown(res: dict) -> str:
+    from kernellab.bench import md_states
+
     lines = [f"# Throughput of `kernellab bench`: {' vs '.join(res['order'])} — {res['date']}", "",
              f"Command: `{res['command']}`", "",
              f"Device: {res['device']}; versions {json.dumps(res['versions'], sort_keys=True)}; "
@@ -419,6 +421,10 @@ def markdown(res: dict) -> str:
     c = res["comparison"]
     if c["problems_per_hour_ratio"] is not None:
         lines += ["", f"**Problems per hour, new / base: {c['problems_per_hour_ratio']:.2f}x.**"]
+    for label, s in res["sides"].items():  # the bench's own sampler, where that side's bench files its samples
+        states = md_states(s.get("bench_pace") or {})
+        if states:
+            lines += ["", f"## Where {label}'s GPU time went (the bench's own sampler)", "", *states[:-1]]
     phases = sorted({k for s in res["sides"].values() for k in s["phase_s"]},
                     key=lambda k: -max(s["phase_s"].get(k, 0.0) for s in res["sides"].values()))
     lines += ["", "## Seconds by sandbox phase and wait (summed over the evaluations)", "",

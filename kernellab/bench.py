@@ -342,7 +342,9 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     # a signal's stop shuts it down (workers killed); the campaigns see the stop through the guard
     guarded = _interrupt.Guarded(executor) if executor is not None else None
     gpus = _gpus_used(device, executor_factory is not None)
-    pace = _Pace(store, gpus, sampler=BusySampler(devices=None if gpus else []))
+    # the executor's probe files each sample under what the GPU was held for (LocalExecutor.gpu_state)
+    pace = _Pace(store, gpus, sampler=BusySampler(devices=None if gpus else [],
+                                                  probe=getattr(executor, "gpu_state", None)))
     ids = {cid for _, cid in todo if cid is not None}  # this call's campaigns: marked stopped on a stop
     pace.count_before(ids)
 
@@ -465,7 +467,9 @@ class _Pace:
                 "gpus": self.gpus, "gpu_hours": round(gpu_hours, 4) if gpu_hours else None,
                 "evaluations_per_gpu_hour": round(evals / gpu_hours, 1) if gpu_hours else None,
                 "gpu_busy_share": busy["busy_share"], "gpu_util_mean": busy["mean_util"],
-                "gpu_samples": busy["samples"], "gpu_sampler": busy["error"]}
+                "gpu_samples": busy["samples"], "gpu_sampler": busy["error"],
+                "host_cpu_busy": busy.get("host_cpu_busy"), "process_cpus": busy.get("process_cpus"),
+                "gpu_states": busy.get("states")}
 
 
 def pace_line(p: dict) -> str:
@@ -603,7 +607,24 @@ def _md_pace(result: dict) -> list[str]:
             "mean GPU utilization % |", "|---|---|---|---|---|---|---|---|",
             f"| {f(p['wall_s'])} | {p['problems_done']} | {f(p['problems_per_hour'])} | {p['evaluations']} | "
             f"{f(p['evaluations_per_gpu_hour'])} | {'-' if p['gpus'] is None else p['gpus']} | "
-            f"{f(p['gpu_busy_share'], '{:.2f}')} | {f(p['gpu_util_mean'])} |", ""]
+            f"{f(p['gpu_busy_share'], '{:.2f}')} | {f(p['gpu_util_mean'])} |", "", *md_states(p)]
+
+
+def md_states(p: dict) -> list[str]:
+    """Where the pace's time went (``gpu_states``: the sampler's :class:`kernellab._busy.StateTally`), a row per
+    state the GPU was held in, with the host's CPU; nothing for a pace without them (an older page)."""
+    st = p.get("gpu_states") or {}
+    if not st.get("held"):
+        return []
+    f = lambda v, fmt="{:.1f}": "-" if v is None else fmt.format(v)  # noqa: E731
+    lines = [f"GPU time by what held it ({st['samples']} samples; host CPU busy {f(p.get('host_cpu_busy'), '{:.0%}')}, "
+             f"this process {f(p.get('process_cpus'), '{:.2f}')} CPUs, jobs waiting for a slot {f(st.get('queued_mean'))} "
+             "on average):", "", "| held | share of the time | GPU util % there | sandbox threads in each phase (mean) |",
+             "|---|---|---|---|"]
+    for label, row in st["held"].items():
+        doing = ", ".join(f"{k} {v:g}" for k, v in list(row["doing"].items())[:8])
+        lines.append(f"| {label} | {f(row['share'], '{:.0%}')} | {f(row['util'])} | {doing or '-'} |")
+    return [*lines, ""]
 
 
 def _md_summary(result: dict, share: float) -> list[str]:

@@ -86,6 +86,7 @@ class _Admission:
         of the probe this job now is, or None; seconds waited)."""
         key = (job.problem.id, bool(job.small))
         t0 = time.monotonic()
+        self.board.set("probe_wait")
         while True:
             need, _ = self._need(job.problem, bool(job.small), bool(job.retime), budget.budget)
             with self._lock:
@@ -144,6 +145,7 @@ class _Admission:
                         need = max(need or 0, retry_need)
                     reason = forced_reason if alone else budget.why_alone(need)
                     t_admit = time.monotonic()
+                    self.board.set("admission")
                     grant, got_alone = budget.admit(need, alone, floor)
                     t_admit = time.monotonic() - t_admit
                 held = [grant]  # the job may give part of its grant back once its reference peak is measured

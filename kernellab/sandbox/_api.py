@@ -19,7 +19,7 @@ from typing import Any
 
 from kernellab.problem import Problem
 
-from ._gpu import RWLock
+from ._gpu import Board, RWLock
 
 
 class SandboxError(ValueError):
@@ -163,20 +163,28 @@ class ProfileGate:
     held through that start-up stalled every timing, and, phase-fair, every reader queued behind the
     timing: in a 6-job bench on the H200 each tuning's re-timings waited out a whole profile (15-20 s)."""
 
-    def __init__(self, gpu: str | None, lock: RWLock | None) -> None:
-        self.gpu, self._lock, self._mode = gpu, lock, None
+    def __init__(self, gpu: str | None, lock: RWLock | None, board: Board | None = None) -> None:
+        self.gpu, self._lock, self._mode, self._board = gpu, lock, None, board
         self.seconds: dict[str, float] = {}  # the run's phases, as sandbox.profile's gated run saw them
+        self._say("profile:host")
+
+    def _say(self, label: str | None) -> None:
+        if self._board is not None:
+            self._board.set(label)
 
     def share(self) -> None:
         if self._lock is not None and self._mode is None:
+            self._say("profile:wait_read")
             self._lock.acquire_read()
             self._mode = "read"
+            self._say("profile:shared")
 
     def unshare(self) -> None:
         """The process does host-only work (a compiler) for a while: its share given up until :meth:`share`."""
         if self._mode == "read":
             self._lock.release_read()
             self._mode = None
+            self._say("profile:host")
 
     @contextlib.contextmanager
     def exclusive(self):
@@ -186,13 +194,16 @@ class ProfileGate:
         if self._mode == "read":
             self._lock.release_read()  # never wait for the writer lock while holding a read
             self._mode = None
+        self._say("profile:wait_alone")
         self._lock.acquire_write()
         self._mode = "write"
+        self._say("profile:alone")
         try:
             yield
         finally:
             self._lock.release_write()
             self._mode = None
+            self._say("profile:host")
 
     def close(self) -> None:
         if self._mode == "read":

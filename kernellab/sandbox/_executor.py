@@ -45,7 +45,7 @@ from kernellab.vocab import small_for
 
 from ._admission import _Admission
 from ._api import EvalJob, Executor, Limits, ProfileGate, SandboxError, check_job
-from ._gpu import MemoryBudget, RWLock
+from ._gpu import Board, MemoryBudget, RWLock
 from ._jobloop import _JobLoop
 from ._protocol import MAX_JOBS_PER_WORKER
 from ._result import infra_result
@@ -105,6 +105,7 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
         self._threads: dict[str, list[threading.Thread]] = {"cuda": [], "cpu": []}
         # per GPU: timing/profiling as writers, correctness work as readers (see _gpu.RWLock)
         self._gpu_locks = {g: RWLock() for g in self._gpus}
+        self.board = Board()  # what each slot thread and profile is doing now (gpu_state)
         # per GPU (and "cpu" when gpu_bytes is given): the memory admission; made when the total is known
         self._budgets: dict[str, MemoryBudget] = {}
         if gpu_bytes is not None:
@@ -200,9 +201,14 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
         if not self._gpus:
             yield None
             return
-        with self._admitted_on(problem, small, gpu) as g:
-            with self._gpu_locks[g].write():
-                yield g
+        self.board.set("exclusive:wait")
+        try:
+            with self._admitted_on(problem, small, gpu) as g:
+                with self._gpu_locks[g].write():
+                    self.board.set("exclusive")
+                    yield g
+        finally:
+            self.board.set(None)
 
     @contextlib.contextmanager
     def _admitted_on(self, problem: Problem | None, small: bool, gpu: str | None):
@@ -228,12 +234,16 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
         if not self._gpus:
             yield ProfileGate(None, None)
             return
-        with self._admitted_on(problem, small, gpu) as g:
-            gate = ProfileGate(g, self._gpu_locks[g])
-            try:
-                yield gate
-            finally:
-                gate.close()
+        self.board.set("profile:admission")
+        try:
+            with self._admitted_on(problem, small, gpu) as g:
+                gate = ProfileGate(g, self._gpu_locks[g], self.board)
+                try:
+                    yield gate
+                finally:
+                    gate.close()
+        finally:
+            self.board.set(None)
 
     def prepare(self, problem: Problem, *, small: bool | None = None, device: str | None = None, trials: int = 5,
                 store: Any = None) -> cf.Future | None:
@@ -250,6 +260,13 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
 
     def runs_here(self) -> bool:
         return True
+
+    def gpu_state(self) -> dict:
+        """Now: what each GPU is held for (``held``, one label per GPU in this executor's order:
+        :meth:`_gpu.RWLock.held`), how many slot threads and profiles are in each phase or wait (``doing``) and
+        how many jobs wait for a slot (``queued``): what a bench's sampler files the GPU's utilization under."""
+        return {"held": [self._gpu_locks[g].held() for g in self._gpus], "doing": self.board.counts(),
+                "queued": self._queues["cuda" if self._gpus else "cpu"].qsize()}
 
     def slots(self, device: str) -> int:
         return self.cpu_workers if self._pool_of(device) == "cpu" else self.workers_per_gpu

@@ -147,6 +147,39 @@ class RWLock:
         with self._cond:
             return self._readers, self._writer, self._writers_waiting
 
+    def held(self) -> str:
+        """What the GPU is held for now, as a sampler files its utilization (:class:`kernellab._busy.BusySampler`):
+        "alone" (a writer: timing, an ncu replay), "drain" (a writer waits for the readers in flight, the readers
+        after it wait), "shared" (readers only), "none" (nothing holds it: every job is on the host or waiting)."""
+        with self._cond:
+            if self._writer:
+                return "alone"
+            if self._readers:
+                return "drain" if self._writers_waiting else "shared"
+            return "none"
+
+
+class Board:
+    """What each thread of an executor is doing for its GPU work now (a slot's job phase, its wait for memory,
+    a profile's gated run), keyed by the thread: sampled with the GPU's utilization, it says which phases the
+    GPU's idle time sits behind. Lock-free writes (one dict item per thread); a sample copies the values."""
+
+    def __init__(self) -> None:
+        self._doing: dict[int, str] = {}
+
+    def set(self, label: str | None) -> None:
+        key = threading.get_ident()
+        if label is None:
+            self._doing.pop(key, None)
+        else:
+            self._doing[key] = label
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for label in list(self._doing.values()):
+            out[label] = out.get(label, 0) + 1
+        return out
+
 
 class TooBig(Exception):
     """A job needs more memory than the whole budget of its device."""

@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import time
+from typing import Any
 
 from kernellab.problem import content_hash
 from kernellab.vocab import VERSION_KEYS
@@ -35,10 +36,14 @@ class _Spans:
     """Wall seconds of one job per phase as the executor sees it (``details.phase_s``), the waits for the
     GPU's reader/writer lock as phases of their own: what a pool's throughput and a job's overhead are made of."""
 
-    def __init__(self, first: str) -> None:
-        self.label, self.since, self.s = first, time.monotonic(), {}
+    def __init__(self, first: str, board: Any = None) -> None:
+        self.label, self.since, self.s, self.board = first, time.monotonic(), {}, board
+        if board is not None:
+            board.set(first)
 
     def switch(self, label: str) -> str:
+        if self.board is not None:
+            self.board.set(label)
         now = time.monotonic()
         self.s[self.label] = self.s.get(self.label, 0.0) + now - self.since
         was, self.label, self.since = self.label, label, now
@@ -161,7 +166,7 @@ class _JobLoop:
         locked = reading = False
         regranted = None
         phase, deadline = "load", time.monotonic() + limits.of("load")
-        spans = _Spans("load")  # where the job's wall time went, waits for the GPU's lock apart
+        spans = _Spans("load", self.board)  # where the job's wall time went, waits for the GPU's lock apart
         result: dict | None = None
         keep = True
         try:

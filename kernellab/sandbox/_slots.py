@@ -9,8 +9,8 @@ a job is theirs, how a worker comes to exist is this module's.
 
 The mixin reads the executor's state that ``LocalExecutor.__init__`` sets: ``_lock``, ``_queues``, ``_threads``,
 ``_gpus``, ``workers_per_gpu``, ``cpu_workers``, ``limits``, ``cpu_memory_gb``, ``_closed``, ``_workers``,
-``_start_failures``, ``start_attempts``, ``_budgets``; a slot hands each job to ``_evaluate`` (``_admission``)
-and its result to ``_finish`` (``_jobloop``).
+``_start_failures``, ``start_attempts``, ``_budgets``, ``board`` (what each slot is doing: ``_gpu.Board``); a slot
+hands each job to ``_evaluate`` (``_admission``) and its result to ``_finish`` (``_jobloop``).
 """
 
 from __future__ import annotations
@@ -199,12 +199,15 @@ class _Slots:
         q = self._queues[kind]
         while True:
             if worker is None and not self._closed and not self._breaker_open(kind, gpu):
+                self.board.set("worker_start")
                 worker, start_error = self._start_worker(kind, gpu, start_error)
+            self.board.set("free")
             item = q.get()
             if item is _SENTINEL:
                 break
             job, fut = item
             if worker is None and not self._closed and not self._breaker_open(kind, gpu):
+                self.board.set("worker_start")
                 worker, start_error = self._start_worker(kind, gpu, start_error)  # once more, for this job
             if worker is None:
                 if self._closed:  # queued before the shutdown: no worker was started for it
@@ -217,7 +220,9 @@ class _Slots:
                 fut.set_result(r)
                 continue
             result, worker = self._evaluate(worker, job, kind, gpu)
+            self.board.set("finish")
             self._finish(job, fut, result, worker)
+        self.board.set(None)
         if worker is not None:
             self._workers.discard(worker)
             worker.stop()
