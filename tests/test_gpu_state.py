@@ -10,14 +10,13 @@ import threading
 import time
 
 import pytest
+from test_busy import _fake_nvml
 
 from kernellab import Problem
 from kernellab._busy import BusySampler, StateTally
 from kernellab.bench import md_states
 from kernellab.sandbox import EvalJob, LocalExecutor
 from kernellab.sandbox._gpu import Board, RWLock
-
-from test_busy import _fake_nvml
 
 
 def _until(pred, timeout: float = 60.0) -> None:

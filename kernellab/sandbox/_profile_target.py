@@ -43,9 +43,8 @@ def main() -> None:
     job = pickle.loads((jobdir / "job.pkl").read_bytes())
     os.chdir(jobdir)
     dev = torch.device("cuda", 0)
-    gated = os.environ.get(GATE_ENV) == "1"
-    if gated:  # the imports needed no GPU; building the problem and warming up share it
-        ask(jobdir, GATE_SHARE, GATE_SHARED)
+    # the imports needed no GPU; building the problem and warming up share it, but for the compiles
+    gated = gated_share(jobdir, "cuda") is not None
     inst = instantiate(job["problem"], small=bool(job["small"]), seed=SEED, device=dev)
     mod = load_module(job["source"], jobdir, "kernellab_profiled_candidate")
     # the sandbox's nested merge: a per-kernel config entry changes that kernel's named parameters only
@@ -138,6 +137,28 @@ class GpuHold:
                 self.release()
 
         return call
+
+
+def gated_share(jobdir: Path, device: str) -> GpuHold | None:
+    """In a gated process (``GATE_ENV``) about to use the GPU: its CUDA context made first, holding nothing (the
+    driver's set-up, seconds under ncu, and no kernel: a sandbox worker starts alike while another job times),
+    then the share asked for; the compilers (Triton, Inductor, NVRTC) run without it and Inductor's benchmarks with
+    it (:func:`kernellab.sandbox._worker.release_for_compiles`). The hold, or None when the process is not gated.
+    A profile's warm-up held the share through its context and its compiles: 1.2-4.6 s that each timing arriving
+    meanwhile waited out, with every reader queued behind it (a third of a 200 s, 8-job bench on the H200 was
+    spent so, the GPU 38% busy)."""
+    if os.environ.get(GATE_ENV) != "1":
+        return None
+    if device.startswith("cuda"):
+        import torch
+
+        torch.empty(1, device=device)  # an allocation makes the context; no kernel runs
+    ask(jobdir, GATE_SHARE, GATE_SHARED)
+    hold = GpuHold(jobdir)
+    from ._worker import release_for_compiles
+
+    release_for_compiles(hold.off_for, hold.on_for)
+    return hold
 
 
 def ask(jobdir: Path, request: str, grant: str) -> None:

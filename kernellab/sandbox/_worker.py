@@ -73,7 +73,7 @@ class Worker:
         self.off = False  # inside off_gpu: the hold given up for host work
         self.main_thread = threading.current_thread()
         if self.device_kind == "cuda":
-            release_for_compiles(self)
+            release_for_compiles(self.off_gpu, self.on_gpu)
         if self.device_kind != "cuda":
             from ._interp import apply_numpy_shim
 
@@ -235,14 +235,15 @@ class Worker:
                 return
 
 
-def release_for_compiles(worker: Worker) -> list[str]:
+def release_for_compiles(off: Any, on: Any) -> list[str]:
     """Wrap the compilers a candidate's first call (or an Inductor module's load) runs on the host --
     Triton's ``compile`` (``JITFunction`` binds ``triton.compiler.compile`` when it first runs; Inductor
-    calls ``triton.compile``) and CuPy's NVRTC compile -- in :meth:`Worker.off_gpu`: seconds of CPU work
+    calls ``triton.compile``) and CuPy's NVRTC compile -- in ``off`` (:meth:`Worker.off_gpu`, or a gated
+    process's :meth:`GpuHold.off_for`), and what Inductor benchmarks meanwhile in ``on``: seconds of CPU work
     during which a timing waiting for the GPU went on waiting (py-spy on a 4-job bench: one slot running,
     three waiting for the lock). Returns the names wrapped. Inductor compiles in this process (one
     compile thread, set in the worker's environment), so its compiles are seen here too."""
-    done = release_for_triton(worker.off_gpu) + release_for_inductor(worker.off_gpu, worker.on_gpu)
+    done = release_for_triton(off) + release_for_inductor(off, on)
     try:
         import importlib.util
 
@@ -252,7 +253,7 @@ def release_for_compiles(worker: Worker) -> list[str]:
             for name in ("compile_using_nvrtc", "_compile_module_with_cache"):
                 f = getattr(cc, name, None)
                 if callable(f) and not getattr(f, "_kernellab_off_gpu", False):
-                    setattr(cc, name, worker.off_gpu(f))
+                    setattr(cc, name, off(f))
                     done.append(f"cupy.cuda.compiler.{name}")
     except Exception:  # pragma: no cover - a broken CuPy install: its compiles keep the hold
         pass

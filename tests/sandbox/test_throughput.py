@@ -543,3 +543,55 @@ def test_a_busy_pool_is_not_given_a_prepare_job():
         assert ex.prepare(p, trials=2) is not None
     finally:
         ex.shutdown()
+
+
+def test_a_gated_process_compiles_triton_without_the_share(tmp_path):
+    # a profile's target and the Inductor seed (gated_share): Triton's compile is host work, run with nothing held;
+    # the parent's board says what the gated run holds
+    import os
+    import sys
+
+    from kernellab.sandbox._executor import ProfileGate
+    from kernellab.sandbox._gpu import Board
+    from kernellab.sandbox._profile import run_gated
+
+    lock, board = RWLock(), Board()
+    gate = ProfileGate("0", lock, board)
+    script = textwrap.dedent(f"""
+        import pathlib, time
+        import triton
+        from kernellab.sandbox._profile_target import gated_share
+        d = pathlib.Path({str(tmp_path)!r})
+        hold = gated_share(d, "cpu")
+        assert getattr(triton.compile, "_kernellab_off_gpu", False)
+        time.sleep(0.4)            # builds the problem: shared
+        def slow(*a, **k):
+            time.sleep(0.6)        # a compile's host work
+        hold.off_for(slow)()       # what the wrapped compile does: the share given up around it
+        time.sleep(0.4)            # runs what it compiled: shared
+    """)
+    seen: list[tuple[int, tuple]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            r = (lock.state[0], tuple(sorted(board.counts())))
+            if not seen or seen[-1] != r:
+                seen.append(r)
+            time.sleep(0.01)
+
+    t = threading.Thread(target=sample)
+    t.start()
+    try:
+        run = run_gated([sys.executable, "-c", script], tmp_path, {**os.environ, "TRITON_INTERPRET": "1"}, 120.0, gate)
+        gate.close()
+    finally:
+        done.set()
+        t.join()
+    assert run.returncode == 0, run.stderr
+    reads = [r for r, _ in seen]
+    # nothing while it made its context and started, shared, off for the compile, shared to its end
+    assert [r for i, r in enumerate(reads) if i == 0 or r != reads[i - 1]] == [0, 1, 0, 1], seen
+    assert lock.state == (0, False, 0)  # the caller's gate gave the last share up
+    labels = {lab for _, labs in seen for lab in labs}
+    assert {"profile:host", "profile:shared"} <= labels, seen

@@ -193,16 +193,9 @@ def generate(problem: Problem, device: str, small: bool) -> tuple[str, dict]:
     from torch._inductor.compile_fx import compile_fx_inner
     from torch._inductor.utils import run_and_get_code
 
-    from kernellab.sandbox._profile_target import GATE_ENV, GATE_SHARE, GATE_SHARED, GpuHold, ask
-    from kernellab.sandbox._worker import release_for_inductor, release_for_triton
+    from kernellab.sandbox._profile_target import gated_share
 
-    hold = None
-    if os.environ.get(GATE_ENV) == "1":  # the GPU from here on, shared (inductor_seed's gate)
-        ask(Path.cwd(), GATE_SHARE, GATE_SHARED)
-        hold = GpuHold(Path.cwd())
-        # Inductor's lowering and Triton's compiles (seconds of host work) without the share, its benchmarks with it
-        release_for_inductor(hold.off_for, hold.on_for)
-        release_for_triton(hold.off_for)
+    gated_share(Path.cwd(), device)  # the GPU from here on, shared (inductor_seed's gate), compiles apart
     inst = instantiate(problem, small=small, seed=0, device=device)
     model, inputs = inst.model, inst.inputs
     saved = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
