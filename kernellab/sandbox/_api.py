@@ -175,14 +175,14 @@ class ProfileGate:
     def share(self) -> None:
         if self._lock is not None and self._mode is None:
             self._say("profile:wait_read")
-            self._lock.acquire_read()
+            self._lock.acquire_read(long=True)  # seconds under ncu (or a compiler), a few milliseconds of kernels
             self._mode = "read"
             self._say("profile:shared")
 
     def unshare(self) -> None:
         """The process does host-only work (a compiler) for a while: its share given up until :meth:`share`."""
         if self._mode == "read":
-            self._lock.release_read()
+            self._lock.release_read(long=True)
             self._mode = None
             self._say("profile:host")
 
@@ -192,7 +192,7 @@ class ProfileGate:
             yield
             return
         if self._mode == "read":
-            self._lock.release_read()  # never wait for the writer lock while holding a read
+            self._lock.release_read(long=True)  # never wait for the writer lock while holding a read
             self._mode = None
         self._say("profile:wait_alone")
         self._lock.acquire_write()
@@ -207,5 +207,5 @@ class ProfileGate:
 
     def close(self) -> None:
         if self._mode == "read":
-            self._lock.release_read()
+            self._lock.release_read(long=True)
         self._mode = None

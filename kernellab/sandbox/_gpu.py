@@ -8,7 +8,11 @@
   starved by a queue of timings either (unbounded writer preference kept readers waiting while
   timing after timing went by: 10-18 s of ``wait_read`` per job in a 4-job bench on the H200; one
   writer per phase made every timing wait for the longest read in flight, 1047 s of ``wait_read``
-  over 82 evaluations in an 8-job bench).
+  over 82 evaluations in an 8-job bench). A *long* read (``acquire_read(long=True)``: a gated process's share,
+  which under ncu holds it 8-10 s for a few milliseconds of kernels) does not hold back the short reads behind
+  a waiting writer: while one is in flight the writer waits for it anyway, so short readers go beside it, and
+  once the last long read ends they queue again, so the writer waits at most for the reads that started
+  before then (half of an 8-job bench on the H200 was such a drain, the GPU 14-28% busy in it).
 - :class:`MemoryBudget`: jobs are admitted against a byte budget (the device's memory minus a
   margin), each with the grant its estimated need asks for, as many at once as fit. A job whose need
   is unknown, or above the whole budget (the estimate is generous), runs alone
@@ -52,6 +56,7 @@ class RWLock:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._readers = 0
+        self._long = 0  # long reads in flight (acquire_read(long=True))
         self._writer = False
         self._writers_waiting = 0
         self._readers_waiting = 0
@@ -63,11 +68,14 @@ class RWLock:
         self._serving = 0
         self._abandoned: set[int] = set()
 
-    def acquire_read(self) -> None:
+    def acquire_read(self, long: bool = False) -> None:
+        """A shared hold. ``long``: one that lasts seconds with the GPU mostly idle (a gated process's share);
+        release it with ``release_read(long=True)``."""
         with self._cond:
             self._readers_waiting += 1
             try:
-                while self._writer or (self._writers_waiting and not self._pass):
+                # a short read passes a waiting writer while a long one is in flight: the writer waits for that
+                while self._writer or (self._writers_waiting and not self._pass and (long or not self._long)):
                     self._cond.wait()
             finally:
                 self._readers_waiting -= 1
@@ -76,12 +84,14 @@ class RWLock:
             if self._pass:
                 self._pass -= 1
             self._readers += 1
+            self._long += long
 
-    def release_read(self) -> None:
+    def release_read(self, long: bool = False) -> None:
         with self._cond:
-            if self._readers <= 0:
+            if self._readers <= 0 or self._long < long:
                 raise RuntimeError("release_read without a reader")
             self._readers -= 1
+            self._long -= long
             if self._readers == 0:
                 self._cond.notify_all()
 
@@ -140,6 +150,11 @@ class RWLock:
             yield
         finally:
             self.release_write()
+
+    @property
+    def long_reads(self) -> int:
+        with self._cond:
+            return self._long
 
     @property
     def state(self) -> tuple[int, bool, int]:

@@ -10,8 +10,10 @@ empty result carrying the reason.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import json
 import logging
 import os
 import pickle
@@ -27,6 +29,7 @@ from typing import Any
 from kernellab.problem import Problem
 
 from ._env import worker_env
+from ._profile_target import TARGET_STEPS
 
 log = logging.getLogger("kernellab.sandbox")
 
@@ -154,6 +157,8 @@ def profile(problem: Problem, source: str, config: dict | None = None, *, small:
         imp = subprocess.run([exe, "--import", str(rep_file), "--csv", "--page", "raw", "--print-units", "base"],
                              capture_output=True, text=True, timeout=timeout)
         seconds = {**(getattr(gate, "seconds", None) or {}), "import": round(time.monotonic() - t_imp, 3)}
+        with contextlib.suppress(OSError, ValueError):  # the target's own steps up to its warm state
+            seconds["target"] = json.loads((t / TARGET_STEPS).read_text())
     rows = parse_raw_csv(imp.stdout, metrics)
     if not rows:
         return ProfileResult(reason=f"no kernels in the ncu report: {(imp.stdout + imp.stderr)[-1500:]}",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import pickle
 import sys
@@ -44,17 +45,23 @@ def main() -> None:
     os.chdir(jobdir)
     dev = torch.device("cuda", 0)
     # the imports needed no GPU; building the problem and warming up share it, but for the compiles
+    steps = _Steps(jobdir)
     gated = gated_share(jobdir, "cuda") is not None
+    steps("context")
     inst = instantiate(job["problem"], small=bool(job["small"]), seed=SEED, device=dev)
+    steps("instantiate")
     mod = load_module(job["source"], jobdir, "kernellab_profiled_candidate")
     # the sandbox's nested merge: a per-kernel config entry changes that kernel's named parameters only
     apply_config(getattr(mod, "CONFIG", None), job.get("config"), getattr(mod, "SPACE", None))
+    steps("load")
     torch.manual_seed(SEED)
     model = apply_mode(mod.ModelNew(*inst.init_inputs).to(device=dev, dtype=inst.dtype), job["problem"].mode)
+    steps("model")
     with torch.no_grad():
-        for _ in range(2):
+        for i in range(2):
             model(*inst.inputs)
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
+            steps(f"forward{i + 1}")
         if gated:  # the warm-up shared the GPU; the profiled forward waits until the parent has it alone
             ask(jobdir, GATE_READY, GATE_GO)
         torch.cuda.profiler.start()
@@ -63,6 +70,24 @@ def main() -> None:
         torch.cuda.profiler.stop()
     if gated:
         (jobdir / GATE_DONE).touch()
+
+
+TARGET_STEPS = "target-steps.json"
+
+
+class _Steps:
+    """The target's wall seconds by step up to its warm state (``TARGET_STEPS`` in the job directory, rewritten
+    after each step): under ncu the shared stretch lasts 8-10 s for a few milliseconds of kernels, and these
+    say where (the profile event's ``seconds.target``)."""
+
+    def __init__(self, jobdir: Path) -> None:
+        self.path, self.t, self.s = jobdir / TARGET_STEPS, time.monotonic(), {}
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        self.s[name] = round(now - self.t, 3)
+        self.t = now
+        self.path.write_text(json.dumps(self.s))
 
 
 # files in the job directory, each pair a request and its grant: the target is about to use the GPU and the

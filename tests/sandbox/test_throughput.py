@@ -595,3 +595,90 @@ def test_a_gated_process_compiles_triton_without_the_share(tmp_path):
     assert lock.state == (0, False, 0)  # the caller's gate gave the last share up
     labels = {lab for _, labs in seen for lab in labs}
     assert {"profile:host", "profile:shared"} <= labels, seen
+
+
+def _until(pred, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _waits(fn, timeout: float = 0.3) -> bool:
+    """Whether ``fn`` (a lock acquisition) is still waiting after ``timeout``; the thread runs on."""
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    t.join(timeout)
+    return t.is_alive()
+
+
+def test_rwlock_short_reads_go_beside_a_long_read_a_writer_waits_for():
+    # a gated process's share under ncu held the GPU 8-10 s for milliseconds of kernels; the timing waiting for it
+    # kept every trial out meanwhile: half of an 8-job bench on the H200 was such a drain, the GPU 14-28% busy
+    lock = RWLock()
+    lock.acquire_read(long=True)  # a profile's warm-up under ncu
+    wrote = threading.Event()
+    writer = threading.Thread(target=lambda: (lock.acquire_write(), wrote.set(), lock.release_write()))
+    writer.start()
+    _until(lambda: lock.state[2] == 1)  # the timing waits for the long read
+    assert not _waits(lock.acquire_read)  # a trial goes beside it
+    assert lock.state == (2, False, 1)
+    assert _waits(lambda: lock.acquire_read(long=True))  # another long read does not: it would hold the writer on
+    lock.release_read(long=True)
+    assert lock.long_reads == 0
+    assert _waits(lock.acquire_read)  # with no long read left, new reads queue behind the writer again
+    assert not wrote.is_set()  # the writer still waits for the trial that went beside the long read
+    lock.release_read()
+    assert wrote.wait(5)  # and then has the GPU alone, before the reads that queued behind it
+    writer.join(5)
+    _until(lambda: lock.state[0] == 2 and lock.long_reads == 1)  # the queued short and long reads, after it
+
+
+def test_rwlock_a_writer_never_overlaps_reads_beside_a_long_one():
+    lock, spans, guard = RWLock(), [], threading.Lock()
+
+    def hold(mode: str, start: float, secs: float) -> None:
+        time.sleep(start)
+        acquire, release = {"w": (lock.acquire_write, lock.release_write),
+                            "L": (lambda: lock.acquire_read(long=True), lambda: lock.release_read(long=True)),
+                            "r": (lock.acquire_read, lock.release_read)}[mode]
+        acquire()
+        t0 = time.monotonic()
+        time.sleep(secs)
+        t1 = time.monotonic()
+        release()
+        with guard:
+            spans.append((mode, t0, t1))
+
+    plan = [("L", 0, 0.5), ("w", 0.05, 0.05), ("r", 0.1, 0.2), ("r", 0.2, 0.4), ("w", 0.25, 0.05), ("r", 0.6, 0.05)]
+    ts = [threading.Thread(target=hold, args=p) for p in plan]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(10)
+    assert len(spans) == len(plan) and lock.state == (0, False, 0) and lock.long_reads == 0
+    for m, s0, e0 in spans:
+        if m == "w":
+            for other in spans:
+                if other != (m, s0, e0):
+                    assert e0 <= other[1] or other[2] <= s0, f"a writer overlapped {other}: {spans}"
+    (l0, l1), = [(s, e) for m, s, e in spans if m == "L"]
+    beside = [(s, e) for m, s, e in spans if m == "r" and s < l1]
+    assert len(beside) == 2, spans  # both trials that came while the writers waited for the long read ran beside it
+
+
+def test_profile_gate_share_is_a_long_read():
+    from kernellab.sandbox._api import ProfileGate
+
+    lock = RWLock()
+    gate = ProfileGate("0", lock)
+    gate.share()
+    assert lock.long_reads == 1
+    gate.unshare()
+    assert lock.long_reads == 0 and lock.state == (0, False, 0)
+    gate.share()
+    with gate.exclusive():
+        assert lock.state == (0, True, 0) and lock.long_reads == 0
+    gate.share()
+    gate.close()
+    assert lock.state == (0, False, 0) and lock.long_reads == 0
