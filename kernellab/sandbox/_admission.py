@@ -32,6 +32,7 @@ from ._gpu import (
     retry_admission,
     unmeasured_need,
 )
+from ._protocol import Phase
 from ._result import infra_result, is_infra, truncate
 from ._slots import _Worker
 
@@ -86,7 +87,7 @@ class _Admission:
         of the probe this job now is, or None; seconds waited)."""
         key = (job.problem.id, bool(job.small))
         t0 = time.monotonic()
-        self.board.set("probe_wait")
+        self.board.set(Phase.PROBE_WAIT)
         while True:
             need, _ = self._need(job.problem, bool(job.small), bool(job.retime), budget.budget)
             with self._lock:
@@ -145,7 +146,7 @@ class _Admission:
                         need = max(need or 0, retry_need)
                     reason = forced_reason if alone else budget.why_alone(need)
                     t_admit = time.monotonic()
-                    self.board.set("admission")
+                    self.board.set(Phase.ADMISSION)
                     grant, got_alone = budget.admit(need, alone, floor)
                     t_admit = time.monotonic() - t_admit
                 held = [grant]  # the job may give part of its grant back once its reference peak is measured

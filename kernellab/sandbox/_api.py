@@ -15,11 +15,12 @@ import concurrent.futures as cf
 import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from kernellab.problem import Problem
 
 from ._gpu import Board, RWLock
+from ._protocol import Phase
 
 
 class SandboxError(ValueError):
@@ -31,8 +32,8 @@ class Limits:
     """Seconds allowed per phase. ``load`` covers executing the candidate's
     module, ``compile`` its first call (Triton/NVRTC compile there), ``check`` the remaining trials,
     ``timing`` the timed runs (waiting for the GPU's timing lock is not counted), ``baseline`` the
-    one-off torch.compile of the reference, ``reference`` the reference's outputs for every trial; any
-    other phase (``follow``, ``kernel_share``) has the ``check`` limit."""
+    one-off torch.compile of the reference, ``reference`` the reference's outputs for every trial; ``follow``
+    and ``kernel_share`` have the ``check`` limit (:attr:`SHARED`), and so would any other phase."""
 
     load: float = 120.0
     reference: float = 300.0
@@ -41,9 +42,12 @@ class Limits:
     timing: float = 300.0
     baseline: float = 900.0
     startup: float = 300.0
+    # phases with no field of their own: every announced phase is a field or here (tests/sandbox/test_protocol.py)
+    SHARED: ClassVar[dict[str, str]] = {Phase.FOLLOW: "check", Phase.KERNEL_SHARE: "check"}
 
     def of(self, phase: str) -> float:
-        return float(getattr(self, phase, self.check))
+        name = str(phase)
+        return float(getattr(self, self.SHARED.get(name, name), self.check))
 
 
 @dataclass
@@ -166,25 +170,25 @@ class ProfileGate:
     def __init__(self, gpu: str | None, lock: RWLock | None, board: Board | None = None) -> None:
         self.gpu, self._lock, self._mode, self._board = gpu, lock, None, board
         self.seconds: dict[str, float] = {}  # the run's phases, as sandbox.profile's gated run saw them
-        self._say("profile:host")
+        self._say(Phase.PROFILE_HOST)
 
-    def _say(self, label: str | None) -> None:
+    def _say(self, label: Phase | None) -> None:
         if self._board is not None:
             self._board.set(label)
 
     def share(self) -> None:
         if self._lock is not None and self._mode is None:
-            self._say("profile:wait_read")
+            self._say(Phase.PROFILE_WAIT_READ)
             self._lock.acquire_read(long=True)  # seconds under ncu (or a compiler), a few milliseconds of kernels
             self._mode = "read"
-            self._say("profile:shared")
+            self._say(Phase.PROFILE_SHARED)
 
     def unshare(self) -> None:
         """The process does host-only work (a compiler) for a while: its share given up until :meth:`share`."""
         if self._mode == "read":
             self._lock.release_read(long=True)
             self._mode = None
-            self._say("profile:host")
+            self._say(Phase.PROFILE_HOST)
 
     @contextlib.contextmanager
     def exclusive(self):
@@ -194,16 +198,16 @@ class ProfileGate:
         if self._mode == "read":
             self._lock.release_read(long=True)  # never wait for the writer lock while holding a read
             self._mode = None
-        self._say("profile:wait_alone")
+        self._say(Phase.PROFILE_WAIT_ALONE)
         self._lock.acquire_write()
         self._mode = "write"
-        self._say("profile:alone")
+        self._say(Phase.PROFILE_ALONE)
         try:
             yield
         finally:
             self._lock.release_write()
             self._mode = None
-            self._say("profile:host")
+            self._say(Phase.PROFILE_HOST)
 
     def close(self) -> None:
         if self._mode == "read":

@@ -47,7 +47,7 @@ from ._admission import _Admission
 from ._api import EvalJob, Executor, Limits, ProfileGate, SandboxError, check_job
 from ._gpu import Board, MemoryBudget, RWLock
 from ._jobloop import _JobLoop
-from ._protocol import MAX_JOBS_PER_WORKER
+from ._protocol import MAX_JOBS_PER_WORKER, Phase
 from ._result import infra_result
 from ._slots import (
     _SENTINEL,
@@ -201,11 +201,11 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
         if not self._gpus:
             yield None
             return
-        self.board.set("exclusive:wait")
+        self.board.set(Phase.EXCLUSIVE_WAIT)
         try:
             with self._admitted_on(problem, small, gpu) as g:
                 with self._gpu_locks[g].write():
-                    self.board.set("exclusive")
+                    self.board.set(Phase.EXCLUSIVE)
                     yield g
         finally:
             self.board.set(None)
@@ -234,7 +234,7 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
         if not self._gpus:
             yield ProfileGate(None, None)
             return
-        self.board.set("profile:admission")
+        self.board.set(Phase.PROFILE_ADMISSION)
         try:
             with self._admitted_on(problem, small, gpu) as g:
                 gate = ProfileGate(g, self._gpu_locks[g], self.board)

@@ -182,7 +182,7 @@ class Board:
     def __init__(self) -> None:
         self._doing: dict[int, str] = {}
 
-    def set(self, label: str | None) -> None:
+    def set(self, label: str | None) -> None:  # a Phase (kernellab.sandbox._protocol)
         key = threading.get_ident()
         if label is None:
             self._doing.pop(key, None)
@@ -191,7 +191,7 @@ class Board:
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for label in list(self._doing.values()):
+        for label in map(str, list(self._doing.values())):  # a Phase's plain name: gpu_state is sampled to JSON
             out[label] = out.get(label, 0) + 1
         return out
 

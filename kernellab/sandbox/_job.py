@@ -33,7 +33,7 @@ from kernellab.vocab import SEED, ConfigError, apply_config
 
 from ._guard import ForwardWatch, StateSnapshot, _reference_classes
 from ._measure import _baseline, _compile_reference, _kernel_share, _timing
-from ._protocol import JobSpec, Msg
+from ._protocol import JobSpec, Msg, Phase
 from ._reference import _InfraFault, _ProblemFault, _reference
 from ._result import (
     Incorrect,
@@ -58,16 +58,16 @@ def run_job(w: Any, job: JobSpec) -> tuple[dict, bool]:
     jobdir = Path(tempfile.mkdtemp(prefix=f"job{w.jobs}-", dir=w.home))
     os.chdir(jobdir)
     names: list[str] = []
-    phase = "load"
+    phase = Phase.LOAD
     restart = False
     state: dict[str, Any] = {}
     mem = d.setdefault("memory", {})
     try:
-        phase = "reference"
+        phase = Phase.REFERENCE
         w.limit_gpu_memory(job.gpu_grant_bytes)
         w.refs_on_device = 0
         w.read()
-        w.phase("reference")
+        w.phase(Phase.REFERENCE)
         _reference(w, job, state, d)
         d["instance"] = instance_sizes(job.problem, job.small)
         if w.device_kind == "cuda":
@@ -76,17 +76,17 @@ def run_job(w: Any, job: JobSpec) -> tuple[dict, bool]:
                 mem["refs_on_device_bytes"] = w.refs_on_device
             w.send(Msg.PEAK, w.need_peak())  # the jobs waiting for this problem's probe go now
         if job.need_baseline and w.device_kind == "cuda" and job.timing:
-            w.phase("baseline")
+            w.phase(Phase.BASELINE)
             d["baseline_measured"] = _baseline(w, state)
         elif job.time_compile and w.device_kind == "cuda" and job.timing:
-            w.phase("baseline")
+            w.phase(Phase.BASELINE)
             _compile_reference(w, state, d)
         if job.prepare_only:  # the reference and the baseline were the point: no candidate
             raise _Prepared()
-        phase = "load"
+        phase = Phase.LOAD
         w.read()  # the baseline's timing gave it up
         w.regrant(job.gpu_grant_bytes, job.regrant_floor_bytes, bool(job.time_compile))
-        w.phase("load")
+        w.phase(Phase.LOAD)
         state["snapshot"] = StateSnapshot()
         name = f"kernellab_candidate_{job.job_id}"
         names.append(name)
@@ -102,20 +102,20 @@ def run_job(w: Any, job: JobSpec) -> tuple[dict, bool]:
         torch.manual_seed(SEED)
         model = apply_mode(cls(*state["init"]).to(device=w.device, dtype=state["dtype"]), state["mode"])
         state["watch"] = ForwardWatch(_reference_classes(state["ref_mod"], mod, extra=(cls,)))
-        phase = "compile"
-        w.phase("compile")
-        _trials(w, job, state, model, d, r, first_phase_done=lambda: w.phase("check"))
-        phase = "check"
+        phase = Phase.COMPILE
+        w.phase(Phase.COMPILE)
+        _trials(w, job, state, model, d, r, first_phase_done=lambda: w.phase(Phase.CHECK))
+        phase = Phase.CHECK
         if job.timing:
-            phase = "timing"
+            phase = Phase.TIMING
             w.read()  # the timing's input copies are made before it takes the writer lock
             _timing(w, job, state, model, d, r)
-        phase = "check"
+        phase = Phase.CHECK
         w.read()  # the timing held the writer lock and released it
-        w.phase("follow")
+        w.phase(Phase.FOLLOW)
         _follow(w, state, model, d)
         if not state.get("shared_measured"):  # on a GPU the timing measured it already, under its lock
-            w.phase("kernel_share")
+            w.phase(Phase.KERNEL_SHARE)
             _kernel_share(w, state, model, d, r)
         r["status"] = "correct"
     except _Prepared:
@@ -133,20 +133,20 @@ def run_job(w: Any, job: JobSpec) -> tuple[dict, bool]:
         r.update(status="runtime_error", error_class="problem", error_text=str(exc))
     except _InfraFault as exc:
         r.update(status="crash", error_class=f"infra:{exc.kind}", error_text=str(exc))
-        d.update(infra=True, phase=phase)
+        d.update(infra=True, phase=str(phase))
         restart = True
     except BaseException as exc:  # candidate code may raise anything, SystemExit included
         if is_oom(exc) and not _in_candidate(exc, str(jobdir / f"{names[0]}.py") if names else None):
             # our own allocation (poison, a comparison, an input copy) did not fit: not the candidate's doing
             r.update(status="crash", error_class="infra:oom",
                      error_text=format_exc(exc) + f"\n(out of memory outside the candidate's code, {phase} phase)")
-            d.update(infra=True, phase=phase)
+            d.update(infra=True, phase=str(phase))
             restart = True
         else:
             status, cls_, must_restart = classify(exc, phase)
             r.update(status=status, error_class=cls_, error_text=format_exc(exc))
             restart = restart or must_restart
-            d["phase"] = phase
+            d["phase"] = str(phase)  # plain: the result is pickled to the executor and stored
     finally:
         w.record_spans(None)  # a trial that raised left its spans recording
         if state.get("locked"):

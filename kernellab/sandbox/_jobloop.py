@@ -27,7 +27,7 @@ from kernellab.vocab import VERSION_KEYS
 
 from ._api import EvalJob, Limits
 from ._gpu import POISON_CAP
-from ._protocol import JobSpec, Msg
+from ._protocol import JobSpec, Msg, Phase
 from ._result import empty_result, reference_key, truncate
 from ._slots import _Worker
 
@@ -36,12 +36,12 @@ class _Spans:
     """Wall seconds of one job per phase as the executor sees it (``details.phase_s``), the waits for the
     GPU's reader/writer lock as phases of their own: what a pool's throughput and a job's overhead are made of."""
 
-    def __init__(self, first: str, board: Any = None) -> None:
+    def __init__(self, first: Phase, board: Any = None) -> None:
         self.label, self.since, self.s, self.board = first, time.monotonic(), {}, board
         if board is not None:
             board.set(first)
 
-    def switch(self, label: str) -> str:
+    def switch(self, label: Phase) -> Phase:
         if self.board is not None:
             self.board.set(label)
         now = time.monotonic()
@@ -50,8 +50,8 @@ class _Spans:
         return was
 
     def done(self) -> dict[str, float]:
-        self.switch("end")
-        return {k: round(v, 3) for k, v in self.s.items() if v > 0}
+        self.switch(Phase.END)
+        return {str(k): round(v, 3) for k, v in self.s.items() if v > 0}  # plain keys: stored, sent on
 
 
 class _GpuClock:
@@ -165,8 +165,8 @@ class _JobLoop:
         lock = self._gpu_locks.get(gpu) if w.kind == "cuda" else None
         locked = reading = False
         regranted = None
-        phase, deadline = "load", time.monotonic() + limits.of("load")
-        spans = _Spans("load", self.board)  # where the job's wall time went, waits for the GPU's lock apart
+        phase, deadline = Phase.LOAD, time.monotonic() + limits.of(Phase.LOAD)
+        spans = _Spans(Phase.LOAD, self.board)  # where the job's wall time went, waits for the GPU's lock apart
         result: dict | None = None
         keep = True
         try:
@@ -184,31 +184,31 @@ class _JobLoop:
                         now = time.monotonic()
                         phase, deadline = msg[1], now + limits.of(msg[1])
                         spans.switch(phase)
-                        if phase == "compile":  # the candidate's first call
+                        if phase == Phase.COMPILE:  # the candidate's first call
                             clock.start(now)
                     elif msg[0] == Msg.LOCK:  # the GPU to itself: timing
                         clock.pause()
                         if reading:  # never wait for the writer lock while holding a read
                             lock.release_read()
                             reading = False
-                        spans.switch("wait_timing_lock")
+                        spans.switch(Phase.WAIT_TIMING_LOCK)
                         lock.acquire_write()
-                        spans.switch("timing")
+                        spans.switch(Phase.TIMING)
                         locked = True
                         clock.hold()
-                        phase, deadline = "timing", time.monotonic() + limits.of("timing")
+                        phase, deadline = Phase.TIMING, time.monotonic() + limits.of(Phase.TIMING)
                         w.conn.send((Msg.GO,))
                     elif msg[0] == Msg.UNLOCK:
                         if locked:
                             lock.release_write()
                             locked = False
-                        spans.switch("after_timing")
+                        spans.switch(Phase.AFTER_TIMING)
                         clock.release()
                     elif msg[0] == Msg.READ:  # shared GPU work; the wait does not count against the phase
                         if lock is not None and not reading and not locked:
                             t0 = time.monotonic()
                             clock.pause()
-                            was = spans.switch("wait_read")
+                            was = spans.switch(Phase.WAIT_READ)
                             lock.acquire_read()
                             spans.switch(was)
                             reading = True
@@ -237,7 +237,7 @@ class _JobLoop:
                     result, keep = empty_result(job.config), False
                     result.update(status="timeout", error_class=f"timeout:{phase}",
                                   error_text=f"the {phase} phase exceeded its limit of {limits.of(phase):g} s")
-                    result["details"]["phase"] = phase
+                    result["details"]["phase"] = str(phase)
         finally:
             if locked:
                 lock.release_write()
@@ -274,7 +274,7 @@ class _JobLoop:
             keep = False
         return result, keep
 
-    def _died(self, w: _Worker, job: EvalJob, phase: str, offset: int) -> dict:
+    def _died(self, w: _Worker, job: EvalJob, phase: Phase, offset: int) -> dict:
         rc = w.proc.returncode
         if rc is not None and rc < 0:
             try:
@@ -289,7 +289,7 @@ class _JobLoop:
         r.update(status="crash", error_class=cls,
                  error_text=truncate(f"the worker process died during the {phase} phase ({how})"
                                      + (f"; its output ends with:\n{tail}" if tail.strip() else "")))
-        r["details"]["phase"] = phase
+        r["details"]["phase"] = str(phase)
         return r
 
     def _finish(self, job: EvalJob, fut: cf.Future, result: dict, worker: _Worker | None) -> None:

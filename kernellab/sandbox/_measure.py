@@ -23,7 +23,7 @@ from ._check import (
     clone_all,
     compare,
 )
-from ._protocol import JobSpec
+from ._protocol import JobSpec, Phase
 from ._reference import _FINAL_TRIAL, FRESH_EVERY, _Fresh, _InfraFault, _reseed, _sync
 from ._result import (
     Incorrect,
@@ -115,7 +115,7 @@ def _timing(w: Any, job: JobSpec, state: dict, model: Any, d: dict, r: dict) -> 
         if w.device_kind == "cuda":
             w.lock()
             state["locked"] = True
-            w.phase("timing")
+            w.phase(Phase.TIMING)
             t_start = time.time()
             left = side_stream_leftover(cand)
             d["side_stream_check"] = left
@@ -131,7 +131,7 @@ def _timing(w: Any, job: JobSpec, state: dict, model: Any, d: dict, r: dict) -> 
             d["timing_window"] = (t_start, time.time())  # wall clock, to show one timing per GPU at a time
             # still holding the GPU: the pool's other jobs do not stretch the profiled kernels (8 jobs sharing
             # the H200 stretched them 2x), and the busy check sees the card as the timing did
-            w.phase("kernel_share")
+            w.phase(Phase.KERNEL_SHARE)
             # (on the timing's own inputs: a clone would be a seventh copy the memory grant does not count)
             _kernel_share(w, state, model, d, r, call_ms=t["candidate"]["estimate_ms"], inputs=fc.current,
                           integrity=False)  # _integrity(state, "timing") below, once grad mode is back
@@ -139,7 +139,7 @@ def _timing(w: Any, job: JobSpec, state: dict, model: Any, d: dict, r: dict) -> 
             w.unlock()
             state["locked"] = False
         else:
-            w.phase("timing")
+            w.phase(Phase.TIMING)
             t = time_cpu({"candidate": cand, "eager": lambda: ref_model(*fr.current)}, target_ms,
                          stop_above_ms=stop_above, stop_on="candidate", prepare=prepare)
             d["compile"] = "torch.compile is not measured on the CPU interpreter"

@@ -15,7 +15,7 @@ worker -> executor (:data:`TO_EXECUTOR`):
 
   ``(READY, info)``        ``_worker``: started; ``info`` is the device, versions, memory (read by ``_slots``)
   ``(FAILED, traceback)``  ``_worker.main``: the worker could not start (any first message but READY is a failure)
-  ``(PHASE, name)``        the job entered phase ``name``: the executor's deadline is that phase's limit
+  ``(PHASE, phase)``       the job entered ``phase`` (a :class:`Phase`): the executor's deadline is its limit
   ``(READ,)`` / ``(UNREAD,)``  take / give up a shared hold of the GPU (reference, trials, compile); READ waits for GO
   ``(LOCK,)`` / ``(UNLOCK,)``  take / give up the GPU's writer lock (timing); LOCK waits for GO
   ``(REGRANT, need)``      ``Worker.regrant``: the job capped itself at ``need`` bytes; the rest of its grant goes back
@@ -24,8 +24,13 @@ worker -> executor (:data:`TO_EXECUTOR`):
                            reported before any candidate of the job ran (what a later job's reuse is checked against)
   ``(RESULT, result, restart)``  the job's result dict, and whether the worker exits after it
 
-``tests/sandbox/test_protocol.py`` checks that every message one side sends is one the other side handles, and
-that no side sends a bare string.
+A job's phases and the labels of an executor's threads are a :class:`Phase`, a ``str`` enum alike: what the
+worker announces (PHASE), the executor's spans of a job (``details.phase_s``), the limit of each (``Limits.of``),
+its timeout's ``error_class`` (``timeout:<phase>``) and its Board's labels (the busy sampler's ``doing``). What
+results and the Board's counts hold is ``str(phase)``, a plain string, the name it was before.
+
+``tests/sandbox/test_protocol.py`` checks that every message one side sends is one the other side handles, that
+no side sends a bare string, that no phase is a bare string and that every phase the worker announces has a limit.
 """
 
 from __future__ import annotations
@@ -60,6 +65,47 @@ class Msg(str, enum.Enum):
 
 TO_WORKER = frozenset({Msg.JOB, Msg.GO, Msg.EXIT})
 TO_EXECUTOR = frozenset(Msg) - TO_WORKER
+
+
+class Phase(str, enum.Enum):
+    """A job's phase or an executor thread's label (see the module docstring). Not ``enum.StrEnum``: Python 3.10."""
+
+    # a job's phases, announced by its worker (the executor sets LOAD and TIMING itself too): each has a limit
+    REFERENCE = "reference"
+    BASELINE = "baseline"
+    LOAD = "load"
+    COMPILE = "compile"
+    CHECK = "check"
+    TIMING = "timing"
+    FOLLOW = "follow"
+    KERNEL_SHARE = "kernel_share"
+    # the executor's own spans of a job: its waits for the GPU's lock, and the time after the timing's
+    WAIT_READ = "wait_read"
+    WAIT_TIMING_LOCK = "wait_timing_lock"
+    AFTER_TIMING = "after_timing"
+    END = "end"  # closes the last span (a Board label for an instant, never a key of phase_s)
+    # what else an executor's thread does: Board labels only
+    WORKER_START = "worker_start"
+    FREE = "free"
+    FINISH = "finish"
+    PROBE_WAIT = "probe_wait"
+    ADMISSION = "admission"
+    EXCLUSIVE_WAIT = "exclusive:wait"
+    EXCLUSIVE = "exclusive"
+    PROFILE_ADMISSION = "profile:admission"
+    PROFILE_HOST = "profile:host"
+    PROFILE_WAIT_READ = "profile:wait_read"
+    PROFILE_SHARED = "profile:shared"
+    PROFILE_WAIT_ALONE = "profile:wait_alone"
+    PROFILE_ALONE = "profile:alone"
+
+    def __str__(self) -> str:  # the bare name in results, error classes and texts, as when these were strings
+        return self.value
+
+
+# the phases a job's deadline follows (``Limits.of``)
+ANNOUNCED = frozenset({Phase.REFERENCE, Phase.BASELINE, Phase.LOAD, Phase.COMPILE, Phase.CHECK, Phase.TIMING,
+                       Phase.FOLLOW, Phase.KERNEL_SHARE})
 
 
 # jobs a worker runs before it is replaced by a fresh one (LocalExecutor's max_jobs_per_worker, JobSpec.max_jobs)

@@ -54,6 +54,8 @@ from typing import Any
 
 from kernellab.vocab import KERNEL_WIN_SHARE, STATUSES  # noqa: F401 - the sandbox exports them as its own
 
+from ._protocol import Phase
+
 RESULT_KEYS = ("status", "error_text", "error_class", "max_abs_err", "max_rel_err", "median_ms", "p20_ms",
                "p80_ms", "eager_ms", "compile_ms", "speedup_eager", "speedup_compile", "own_kernel_share",
                "library_only", "interpreted", "device", "versions", "config", "details")
@@ -148,7 +150,7 @@ def classify(exc: BaseException, phase: str) -> tuple[str, str, bool]:
         return "compile_error", "triton_compile", False
     if name == "CompileException" and "cupy" in mod:
         return "compile_error", "nvrtc", False
-    if name == "InterpreterError" and mod.startswith("triton") and phase == "compile" and isinstance(
+    if name == "InterpreterError" and mod.startswith("triton") and phase == Phase.COMPILE and isinstance(
             exc.__cause__, (AttributeError, NameError, TypeError)):
         # The interpreter runs kernels as Python: what the GPU compiler rejects (an unknown `tl.`
         # function, a wrong argument) surfaces at the first call as a Python error; same status as on a GPU.
@@ -158,7 +160,7 @@ def classify(exc: BaseException, phase: str) -> tuple[str, str, bool]:
     if isinstance(exc, MemoryError) or name == "OutOfMemoryError" or _OOM.search(text):
         # A CUDA OOM leaves the context usable, but the candidate's module globals may pin memory.
         return "runtime_error", "oom", True
-    if phase == "load":
+    if phase == Phase.LOAD:
         if isinstance(exc, SyntaxError):
             return "compile_error", "syntax", False
         if isinstance(exc, ImportError):

@@ -30,7 +30,7 @@ from pathlib import Path
 from ._api import Limits
 from ._env import protect_parent, worker_env
 from ._gpu import GIB, MemoryBudget
-from ._protocol import Msg
+from ._protocol import Msg, Phase
 from ._result import infra_result, truncate
 
 
@@ -199,15 +199,15 @@ class _Slots:
         q = self._queues[kind]
         while True:
             if worker is None and not self._closed and not self._breaker_open(kind, gpu):
-                self.board.set("worker_start")
+                self.board.set(Phase.WORKER_START)
                 worker, start_error = self._start_worker(kind, gpu, start_error)
-            self.board.set("free")
+            self.board.set(Phase.FREE)
             item = q.get()
             if item is _SENTINEL:
                 break
             job, fut = item
             if worker is None and not self._closed and not self._breaker_open(kind, gpu):
-                self.board.set("worker_start")
+                self.board.set(Phase.WORKER_START)
                 worker, start_error = self._start_worker(kind, gpu, start_error)  # once more, for this job
             if worker is None:
                 if self._closed:  # queued before the shutdown: no worker was started for it
@@ -220,7 +220,7 @@ class _Slots:
                 fut.set_result(r)
                 continue
             result, worker = self._evaluate(worker, job, kind, gpu)
-            self.board.set("finish")
+            self.board.set(Phase.FINISH)
             self._finish(job, fut, result, worker)
         self.board.set(None)
         if worker is not None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ._env import drop_inspect_caps
-from ._protocol import Msg
+from ._protocol import Msg, Phase
 
 
 class Worker:
@@ -92,7 +92,7 @@ class Worker:
     def send(self, *msg: Any) -> None:
         self.conn.send(msg)
 
-    def phase(self, name: str) -> None:
+    def phase(self, name: Phase) -> None:
         self.send(Msg.PHASE, name)
 
     def read(self) -> None:
