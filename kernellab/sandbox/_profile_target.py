@@ -138,7 +138,7 @@ class GpuHold:
                 self.take()
 
     def off_for(self, fn: Callable) -> Callable:
-        """``fn`` run inside :meth:`off` (:func:`kernellab.sandbox._worker.release_for_inductor` wraps with it)."""
+        """``fn`` run inside :meth:`off` (:func:`kernellab.sandbox._compilers.release_for_inductor` wraps with it)."""
 
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -168,7 +168,7 @@ def gated_share(jobdir: Path, device: str) -> GpuHold | None:
     """In a gated process (``GATE_ENV``) about to use the GPU: its CUDA context made first, holding nothing (the
     driver's set-up, seconds under ncu, and no kernel: a sandbox worker starts alike while another job times),
     then the share asked for; the compilers (Triton, Inductor, NVRTC) run without it and Inductor's benchmarks with
-    it (:func:`kernellab.sandbox._worker.release_for_compiles`). The hold, or None when the process is not gated.
+    it (:func:`kernellab.sandbox._compilers.release_for_compiles`). The hold, or None when the process is not gated.
     A profile's warm-up held the share through its context and its compiles: 1.2-4.6 s that each timing arriving
     meanwhile waited out, with every reader queued behind it (a third of a 200 s, 8-job bench on the H200 was
     spent so, the GPU 38% busy)."""
@@ -180,7 +180,7 @@ def gated_share(jobdir: Path, device: str) -> GpuHold | None:
         torch.empty(1, device=device)  # an allocation makes the context; no kernel runs
     ask(jobdir, GATE_SHARE, GATE_SHARED)
     hold = GpuHold(jobdir)
-    from ._worker import release_for_compiles
+    from ._compilers import release_for_compiles
 
     release_for_compiles(hold.off_for, hold.on_for)
     return hold

@@ -56,7 +56,7 @@ class _Worker:
         extra = {"KERNELLAB_SANDBOX_DEVICE": kind}
         if kind == "cuda":
             extra["CUDA_VISIBLE_DEVICES"] = gpu or "0"
-            # Inductor compiles in the worker itself, where _worker.release_for_compiles sees its Triton
+            # Inductor compiles in the worker itself, where _compilers.release_for_compiles sees its Triton
             # compiles (in a compile subprocess the worker would wait for them holding the GPU)
             extra.setdefault("TORCHINDUCTOR_COMPILE_THREADS", os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "1"))
         else:

@@ -189,7 +189,7 @@ def test_release_for_inductor_wraps_what_torch_compile_looks_up_when_it_compiles
         import inspect, torch
         import torch._inductor.compile_fx as cfx
         from torch._inductor.runtime import benchmarking
-        from kernellab.sandbox._worker import release_for_inductor
+        from kernellab.sandbox._compilers import release_for_inductor
         calls = []
         def off(fn):
             def call(*a, **k):
