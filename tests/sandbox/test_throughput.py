@@ -287,12 +287,23 @@ def test_a_gated_process_gives_the_share_up_for_host_work_and_takes_it_for_bench
             time.sleep(0.5)        # compiles on: nothing held
         time.sleep(0.5)            # runs what it compiled: shared
     """)
-    seen: list[int] = []
+    run, seen = _sampled(lambda: run_gated([sys.executable, "-c", script], tmp_path, dict(os.environ), 60.0, gate),
+                         lambda: lock.state[0])
+    gate.close()
+    assert run.returncode == 0, run.stderr
+    assert seen == [0, 1, 0, 1, 0, 1], seen  # shared, off, a benchmark, off, shared to the end
+    assert lock.state == (0, False, 0)  # the caller's gate gave the last share up
+    assert gate.seconds["off"] >= 0.8 and gate.seconds["shared"] >= 0.9, gate.seconds
+
+
+def _sampled(fn, probe):
+    """``fn()``'s result, and each distinct value ``probe()`` took while it ran (sampled every 10 ms), in order."""
+    seen: list = []
     done = threading.Event()
 
     def sample() -> None:
         while not done.is_set():
-            r = lock.state[0]
+            r = probe()
             if not seen or seen[-1] != r:
                 seen.append(r)
             time.sleep(0.01)
@@ -300,15 +311,10 @@ def test_a_gated_process_gives_the_share_up_for_host_work_and_takes_it_for_bench
     t = threading.Thread(target=sample)
     t.start()
     try:
-        run = run_gated([sys.executable, "-c", script], tmp_path, dict(os.environ), 60.0, gate)
-        gate.close()
+        return fn(), seen
     finally:
         done.set()
         t.join()
-    assert run.returncode == 0, run.stderr
-    assert seen == [0, 1, 0, 1, 0, 1], seen  # shared, off, a benchmark, off, shared to the end
-    assert lock.state == (0, False, 0)  # the caller's gate gave the last share up
-    assert gate.seconds["off"] >= 0.8 and gate.seconds["shared"] >= 0.9, gate.seconds
 
 
 def test_a_profile_starting_up_lets_timings_run(tmp_path):
@@ -570,24 +576,10 @@ def test_a_gated_process_compiles_triton_without_the_share(tmp_path):
         hold.off_for(slow)()       # what the wrapped compile does: the share given up around it
         time.sleep(0.4)            # runs what it compiled: shared
     """)
-    seen: list[tuple[int, tuple]] = []
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            r = (lock.state[0], tuple(sorted(board.counts())))
-            if not seen or seen[-1] != r:
-                seen.append(r)
-            time.sleep(0.01)
-
-    t = threading.Thread(target=sample)
-    t.start()
-    try:
-        run = run_gated([sys.executable, "-c", script], tmp_path, {**os.environ, "TRITON_INTERPRET": "1"}, 120.0, gate)
-        gate.close()
-    finally:
-        done.set()
-        t.join()
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run, seen = _sampled(lambda: run_gated([sys.executable, "-c", script], tmp_path, env, 120.0, gate),
+                         lambda: (lock.state[0], tuple(sorted(board.counts()))))
+    gate.close()
     assert run.returncode == 0, run.stderr
     reads = [r for r, _ in seen]
     # nothing while it made its context and started, shared, off for the compile, shared to its end
