@@ -143,11 +143,11 @@ class BusySampler:
         ``samples_above_0`` (0..1),
         ``failures`` (reads that failed), ``devices``, ``error`` (why there are none). None without samples.
         ``host_cpu_busy`` (0..1, the host's CPUs over the samples; None off Linux), ``process_cpus`` (CPUs
-        this process used on average), and with a probe ``states`` (:meth:`StateTally.summary`)."""
+        this process used on average), and where a probe said ``states`` (:meth:`StateTally.summary`)."""
         with self._lock:
             n, total, busy, failures = self._n, self._sum, self._busy, self._failures
             cpu = self._cpu.summary()
-            states = self.tally.summary() if self.probe is not None else None
+            states = self.tally.summary() if self.tally.n else None  # None: no probe, or one that could not say
         return {"samples": n, "mean_util": round(total / n, 2) if n else None,
                 "busy_share": round(total / n / 100, 4) if n else None,
                 "samples_above_0": round(busy / n, 4) if n else None, "failures": failures,

@@ -344,7 +344,7 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     gpus = _gpus_used(device, executor_factory is not None)
     # the executor's probe files each sample under what the GPU was held for (LocalExecutor.gpu_state)
     pace = _Pace(store, gpus, sampler=BusySampler(devices=None if gpus else [],
-                                                  probe=getattr(executor, "gpu_state", None)))
+                                                  probe=executor.gpu_state if executor is not None else None))
     ids = {cid for _, cid in todo if cid is not None}  # this call's campaigns: marked stopped on a stop
     pace.count_before(ids)
 

@@ -52,8 +52,8 @@ def check_campaign(config: CampaignConfig, store: Any = None, agents: Any = None
     config.validate()
     if problems is None:
         problems = [load_problem(p) for p in config.problems]
-    if (config.device or env.default_device()) == "cpu" and config.small is not False:
-        # refused in seconds, never run for minutes at full size in the interpreter
+    if small_for(config.device or env.default_device(), config.small):
+        # refused in seconds: the sandbox would refuse every candidate of a problem with no usable SMALL instance
         for p in problems:
             small_overrides(p)
             why = small_fault(p, config.trials)  # the sandbox would refuse every candidate: say so now

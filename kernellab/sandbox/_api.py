@@ -143,6 +143,11 @@ class Executor(abc.ABC):
         stands for one it would compute (a campaign reuses earlier evaluations only then; default False)."""
         return False
 
+    def gpu_state(self) -> dict | None:
+        """Now: what each of its GPUs is held for and what its threads are doing (``held``, ``doing``, ``queued``:
+        what a bench's busy sampler files the GPU's utilization under), or None where it cannot say (the default)."""
+        return None
+
     def slots(self, device: str) -> int:
         """How many jobs for ``device`` ("cpu" or "cuda") run at once on one device (a tuner sizes its batches
         by it; default 1)."""

@@ -261,7 +261,7 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
     def runs_here(self) -> bool:
         return True
 
-    def gpu_state(self) -> dict:
+    def gpu_state(self) -> dict | None:
         """Now: what each GPU is held for (``held``, one label per GPU in this executor's order:
         :meth:`_gpu.RWLock.held`), how many slot threads and profiles are in each phase or wait (``doing``) and
         how many jobs wait for a slot (``queued``): what a bench's sampler files the GPU's utilization under."""
