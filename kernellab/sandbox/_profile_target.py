@@ -47,7 +47,7 @@ def main() -> None:
     # the imports needed no GPU; building the problem and warming up share it, but for the compiles
     steps = _Steps(jobdir)
     gated = gated_share(jobdir, "cuda") is not None
-    steps("context")
+    steps("context_and_share")  # the CUDA context, then the wait for the share
     inst = instantiate(job["problem"], small=bool(job["small"]), seed=SEED, device=dev)
     steps("instantiate")
     mod = load_module(job["source"], jobdir, "kernellab_profiled_candidate")
