@@ -41,3 +41,41 @@ def setup() -> None:
                 interpreter_chosen = True
         _astlock.install()
         _done = True
+
+
+_STAMPS: dict[str, float] = {}
+
+
+def process_age() -> float:
+    """Seconds since this process started (Linux: ``/proc``; elsewhere since kernellab was imported)."""
+    try:
+        with open("/proc/self/stat") as f:
+            started = int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as f:
+            return round(float(f.read().split()[0]) - started, 3)
+    except (OSError, ValueError, IndexError):
+        import time
+
+        return round(time.monotonic() - _IMPORTED, 3)
+
+
+def stamp(name: str, first: bool = False) -> None:
+    """The process's age now under ``name``: where a command's start-up went before its first step (a
+    campaign's ``session`` event carries them as ``startup_age_s``; a solo run on the H200 began its first
+    step 9.2 s after the process did). ``first``: a command begins, an earlier one's stamps are dropped."""
+    if first:
+        _STAMPS.clear()
+    _STAMPS[name] = process_age()
+
+
+def stamps() -> dict[str, float]:
+    return dict(_STAMPS)
+
+
+def _monotonic() -> float:
+    import time
+
+    return time.monotonic()
+
+
+_IMPORTED = _monotonic()

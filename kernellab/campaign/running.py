@@ -138,13 +138,17 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     cfg_dict = {k: v for k, v in camp["config"].items() if k in CampaignConfig.__dataclass_fields__}
     config = CampaignConfig(**cfg_dict)
     problems = _problems_of(store, camp)
+    _runtime.stamp("entered")
     agents = agents if agents is not None else make_agents(config, store, camp["id"])
+    _runtime.stamp("agents")
     device = config.device or env.default_device()
     own_executor = executor is None
     executor = executor or _interrupt.watch(sandbox.LocalExecutor())
     # after a SIGINT/SIGTERM the killed workers' results raise Stopped, never recorded as verdicts
     executor = _interrupt.guard(executor)
-    executor.warm(device)  # the workers start while the campaign plans and codes
+    # the workers start while the campaign plans and codes; on a GPU an Nsight Compute target too
+    executor.warm(device, profile=device == "cuda")
+    _runtime.stamp("executor")
     fresh = [p for pid, p in problems.items() if not store.candidates(camp["id"], pid)]
     if device == "cuda" and isinstance(getattr(agents, "inductor", None), dict):
         # the Inductor seed shares the GPU as jobs do (Executor.profiling)
@@ -152,10 +156,13 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     prefetch = getattr(agents, "prefetch", None)  # the builtin agents' Inductor seeds, for problems not begun
     if prefetch is not None:
         prefetch(fresh)
+    _runtime.stamp("prefetch")
     if device == "cuda":  # reference and baseline ahead, where the executor can
         for p in fresh:
             executor.prepare(p, small=config.small, device=device, trials=config.trials, store=store)
+    _runtime.stamp("prepare")
     ctx = _context(store, camp, config, problems, agents, executor, device, progress)
+    _runtime.stamp("context")
     if progress is not None:
         progress.update(campaign=camp["name"], problems_total=len(problems), budget_candidates=config.budget,
                         budget_wall_s=config.time_budget_s, budget_usd=config.usd_budget)
@@ -164,7 +171,9 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
             progress.note(f"{p.name}: {instance_sizes(p, small)['text']}")
     _running_here(store, camp["id"], True)
     store.update_campaign(camp["id"], status="running")
-    store.add_event(camp["id"], "session", {"started": True, "pid": os.getpid()})
+    _runtime.stamp("session")
+    # the process's age at each point of its start-up (the CLI's imports and checks, the agents, the executor...)
+    store.add_event(camp["id"], "session", {"started": True, "pid": os.getpid(), "startup_age_s": _runtime.stamps()})
     conn = sqlite3.connect(store.path, check_same_thread=False, timeout=60)
     failed = False
     try:

@@ -16,8 +16,9 @@ def step_times(store: Any, campaign: str) -> dict:
     another, such as the planner's reference profile, is not in its parent's sum twice but under
     ``parts``), ``parts`` (labelled steps: the Inductor seed's compile, the reference profile) and
     ``evaluation_phases`` (the evaluations' wall seconds by sandbox phase: load, reference, baseline,
-    compile, timing, waits for the GPU's lock...) and ``inductor_seeds`` (each seed's seconds by part, as its
-    candidate keeps them). Seconds of parallel tasks (``code``) add up."""
+    compile, timing, waits for the GPU's lock...), ``inductor_seeds`` (each seed's seconds by part, as its
+    candidate keeps them) and ``startup_age_s`` (the first session's process age at each point of its start-up,
+    where it was recorded). Seconds of parallel tasks (``code``) add up."""
     camp = store.get_campaign(campaign)
     if camp is None:
         raise CampaignError(f"no campaign {campaign!r}")
@@ -48,7 +49,9 @@ def step_times(store: Any, campaign: str) -> dict:
              for c in store.candidates(camp["id"]) if c.get("origin") == "inductor"]
     return {"campaign": camp["name"], "steps": rnd(steps.values()), "parts": rnd(parts.values()),
             "evaluation_phases": {k: round(v, 3) for k, v in sorted(phases.items(), key=lambda kv: -kv[1])},
-            "inductor_seeds": [s for s in seeds if s["seconds"]]}
+            "inductor_seeds": [s for s in seeds if s["seconds"]],
+            "startup_age_s": next((e["payload"].get("startup_age_s") for e in store.events(camp["id"], "session")
+                                   if e["payload"].get("startup_age_s")), None)}
 
 
 def step_times_line(summary: dict, n: int = 6) -> str:
@@ -59,6 +62,9 @@ def step_times_line(summary: dict, n: int = 6) -> str:
 def format_step_times(summary: dict) -> str:
     """:func:`step_times` as text: one line per step, its labelled parts under it, then the phases."""
     lines = [f"campaign {summary['campaign']}: seconds by step (parallel code tasks add up)"]
+    if summary.get("startup_age_s"):
+        lines.append("  start-up, the process's age at each point: "
+                     + ", ".join(f"{k} {v:.1f} s" for k, v in summary["startup_age_s"].items()))
     for r in summary["steps"]:
         lines.append(f"  {r['step']:<10} {r['seconds']:9.1f} s  {r['count']:4d} x, longest {r['max_s']:.1f} s")
         for p in summary["parts"]:

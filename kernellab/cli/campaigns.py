@@ -40,14 +40,17 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
     Prints the best candidate per problem; exit 1 when no problem got a correct candidate.
     A stopped or killed campaign continues with `kernellab resume NAME`.
     """
+    from kernellab import _runtime
     from kernellab.campaign import CampaignConfig, CampaignError, check_campaign, run_campaign, start_campaign
 
+    _runtime.stamp("imported", first=True)
     config = CampaignConfig(problems=list(problems), device=None if device == "auto" else device, **opts)
     try:
         # checked before the database is opened, so that bad input writes nothing
         checked = check_campaign(config, store=_store(db) if config.replay else None)
     except CampaignError as exc:
         raise UsageFailure(str(exc)) from None
+    _runtime.stamp("checked")
     # the cluster too: one that cannot be reached, or has no worker for the device, writes nothing
     with _shut_down_after(_cluster_executor(cluster, slots=max(1, opts.get("width") or 1),
                                             device=config.device)) as executor:
@@ -56,6 +59,7 @@ def run(problems: tuple[str, ...], name: str | None, db: str, as_json: bool, dev
             cid = start_campaign(store, config, name=name, problems=checked)
         except CampaignError as exc:
             raise UsageFailure(str(exc)) from None
+        _runtime.stamp("started")
         summary = _with_panel(executor, as_json, store, cid,
                               lambda progress: run_campaign(store, cid, progress=progress, executor=executor))
     _finish(summary, as_json, store)

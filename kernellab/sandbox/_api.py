@@ -115,8 +115,9 @@ class Executor(abc.ABC):
     def shutdown(self, wait: bool = True) -> None:
         """Stop the workers; queued jobs not started get a ``crash`` result saying so."""
 
-    def warm(self, device: str | None = None) -> None:
-        """Start workers ahead of the first job, where the executor can (default: nothing to do)."""
+    def warm(self, device: str | None = None, *, profile: bool = False) -> None:
+        """Start workers ahead of the first job (with ``profile``, what a profile needs too), where the executor
+        can (default: nothing to do)."""
         return None
 
     # What a campaign and a tuner ask of any executor; the defaults are an executor with no GPU of its own here.
@@ -170,10 +171,13 @@ class ProfileGate:
     seconds of CPU only), :meth:`share` once it builds the problem on the GPU and warms up (a job's
     correctness work holds the GPU alike), :meth:`exclusive` around the profiled forward. A reader's hold
     held through that start-up stalled every timing, and, phase-fair, every reader queued behind the
-    timing: in a 6-job bench on the H200 each tuning's re-timings waited out a whole profile (15-20 s)."""
+    timing: in a 6-job bench on the H200 each tuning's re-timings waited out a whole profile (15-20 s).
+    ``targets``: the executor's Nsight Compute targets started ahead (:class:`kernellab.sandbox._profile.WarmTargets`),
+    which ``sandbox.profile`` takes one of where it can."""
 
-    def __init__(self, gpu: str | None, lock: RWLock | None, board: Board | None = None) -> None:
+    def __init__(self, gpu: str | None, lock: RWLock | None, board: Board | None = None, targets: Any = None) -> None:
         self.gpu, self._lock, self._mode, self._board = gpu, lock, None, board
+        self.targets = targets
         self.seconds: dict[str, float] = {}  # the run's phases, as sandbox.profile's gated run saw them
         self._say(Phase.PROFILE_HOST)
 

@@ -22,14 +22,30 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kernellab.problem import Problem
 
 from ._env import worker_env
-from ._profile_target import TARGET_STEPS
+from ._profile_target import (
+    AHEAD_ENV,
+    GATE_DONE,
+    GATE_ENV,
+    GATE_GO,
+    GATE_OFF,
+    GATE_ON,
+    GATE_ON_GRANTED,
+    GATE_READY,
+    GATE_SHARE,
+    GATE_SHARED,
+    JOB,
+    PARENT_ENV,
+    TARGET_STEPS,
+)
 
 log = logging.getLogger("kernellab.sandbox")
 
@@ -100,6 +116,112 @@ def _find_ncu(ncu: str | None) -> str | None:
     return None
 
 
+def _ncu_cmd(exe: str, metrics: dict[str, str], jobdir: Path) -> list[str]:
+    return [exe, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
+            "--metrics", ",".join(metrics), "-f", "-o", str(jobdir / "report"),
+            sys.executable, "-m", "kernellab.sandbox._profile_target", str(jobdir)]
+
+
+class _Launched:
+    """One gated process started (``Popen``), its output in temporary files, and its job directory (removed by
+    :meth:`close`)."""
+
+    def __init__(self, cmd: list[str], jobdir: Path, env: dict, owns_dir: bool = False) -> None:
+        self.cmd, self.jobdir, self.owns_dir = cmd, jobdir, owns_dir
+        self.out, self.err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        # its own session: WarmTargets.close ends ncu and its target together (os.killpg)
+        self.proc = subprocess.Popen(cmd, cwd=jobdir, env=env, stdout=self.out, stderr=self.err, text=True,
+                                     start_new_session=True)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, 9)
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        self.kill()
+        self.out.close()
+        self.err.close()
+        if self.owns_dir:
+            shutil.rmtree(self.jobdir, ignore_errors=True)
+
+
+class WarmTargets:
+    """Nsight Compute runs started ahead of their jobs, ``per_gpu`` ready for each GPU: ncu's start, the
+    target's imports, its CUDA context and the compilers' imports (4-11 s on the H200, nothing of the GPU held)
+    are behind a profile when it begins, and its job (``job.pkl``) is all it waits for
+    (``_profile_target.await_job``). :meth:`take` hands one over and starts its replacement. Each is used once:
+    the candidate's code runs in a process of its own, as a cold profile's does. ``command`` (default: ncu with
+    :data:`METRICS`) makes a target's command line from its job directory (``_command`` None: ncu is not found);
+    ``env`` is added to each target's environment."""
+
+    def __init__(self, per_gpu: int = 1, ncu: str | None = None,
+                 command: Callable[[Path], list[str]] | None = None, env: dict[str, str] | None = None) -> None:
+        self.per_gpu, self.env = per_gpu, dict(env or {})
+        exe = _find_ncu(ncu) if command is None else None
+        self.metrics = dict(METRICS)
+        self._command = command or ((lambda d: _ncu_cmd(exe, self.metrics, d)) if exe else None)
+        self._ready: dict[str, list[_Launched]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def start(self, gpu: str) -> None:
+        """Start targets for ``gpu`` until ``per_gpu`` are there (nothing where ncu is missing)."""
+        if self._command is None:
+            return
+        with self._lock:
+            if self._closed:
+                return
+            ready = self._ready.setdefault(gpu, [])
+            for t in [t for t in ready if t.proc.poll() is not None]:  # one that died idle: replaced
+                ready.remove(t)
+                t.close()
+            while len(ready) < self.per_gpu:
+                jobdir = Path(tempfile.mkdtemp(prefix="kernellab-ncu-"))
+                env = worker_env(str(jobdir), {"CUDA_VISIBLE_DEVICES": gpu, GATE_ENV: "1", AHEAD_ENV: "1",
+                                               PARENT_ENV: str(os.getpid()), **self.env})
+                if "TRITON_INTERPRET" not in self.env:
+                    env.pop("TRITON_INTERPRET", None)
+                ready.append(_Launched(self._command(jobdir), jobdir, env, owns_dir=True))
+
+    def take(self, gpu: str, metrics: dict[str, str] | None = None) -> _Launched | None:
+        """A target started for ``gpu`` that still runs (with ``metrics``, where given), or None; its
+        replacement starts."""
+        with self._lock:
+            ready = self._ready.get(gpu, [])
+            got = None
+            while ready and got is None:
+                t = ready.pop(0)
+                if t.proc.poll() is None and (metrics is None or metrics == self.metrics):
+                    got = t
+                else:
+                    t.close()
+        self.start(gpu)  # the next one sets up while this one runs
+        return got
+
+    def alive(self, gpu: str) -> int:
+        with self._lock:
+            return sum(1 for t in self._ready.get(gpu, []) if t.proc.poll() is None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            ready = [t for ts in self._ready.values() for t in ts]
+            self._ready.clear()
+        for t in ready:
+            t.close()
+
+
+def hand_job(jobdir: Path, job: dict) -> None:
+    """``job`` into ``jobdir`` whole: written aside, then renamed into place (a target started ahead waits for
+    the name)."""
+    tmp = jobdir / (JOB + ".part")
+    tmp.write_bytes(pickle.dumps(job))
+    os.replace(tmp, jobdir / JOB)
+
+
 def profile(problem: Problem, source: str, config: dict | None = None, *, small: bool = False,
             gpu: str | None = None, timeout: float = 600.0, ncu: str | None = None, gate: Any = None) -> ProfileResult:
     """Profile one forward of the candidate with Nsight Compute; per-kernel rows
@@ -107,7 +229,8 @@ def profile(problem: Problem, source: str, config: dict | None = None, *, small:
     ``achieved_fp32_tflops``, ``fp32_pct_of_ceiling`` and ``top_stall_<k>_<reason>`` rows.
     ``gate`` (a :class:`~kernellab.sandbox._api.ProfileGate`, shared when given): the target waits
     for it before the profiled forward, which ``gate.exclusive()`` covers; without it the caller holds
-    the GPU alone for the whole run."""
+    the GPU alone for the whole run. A gate's ``targets`` (:class:`WarmTargets`) hands over a target started
+    ahead, where one is ready for this GPU (``seconds.ahead``: 1)."""
     exe = _find_ncu(ncu)
     if exe is None:
         reason = "ncu (Nsight Compute) was not found on PATH"
@@ -121,20 +244,26 @@ def profile(problem: Problem, source: str, config: dict | None = None, *, small:
         return ProfileResult(reason=reason)
     metrics = dict(METRICS)
     dropped: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="kernellab-ncu-") as tmp:
-        t = Path(tmp)
-        (t / "job.pkl").write_bytes(pickle.dumps({"problem": problem, "source": source, "config": config,
-                                                  "small": small}))
-        extra = {"CUDA_VISIBLE_DEVICES": gpu or os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]}
-        env = worker_env(tmp, extra)
-        env.pop("TRITON_INTERPRET", None)
-        for _ in range(4):
-            rep = t / "report"
-            cmd = [exe, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
-                   "--metrics", ",".join(metrics), "-f", "-o", str(rep),
-                   sys.executable, "-m", "kernellab.sandbox._profile_target", str(t)]
+    job = {"problem": problem, "source": source, "config": config, "small": small}
+    gpu = gpu or os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    targets = getattr(gate, "targets", None) if gate is not None and ncu is None else None
+    launched: _Launched | None = None
+    try:
+        for attempt in range(4):
+            ahead = targets.take(gpu, metrics) if targets is not None and attempt == 0 else None
+            if ahead is not None:
+                launched = ahead
+                hand_job(launched.jobdir, job)
+            else:
+                jobdir = Path(tempfile.mkdtemp(prefix="kernellab-ncu-"))
+                hand_job(jobdir, job)
+                env = worker_env(str(jobdir), {"CUDA_VISIBLE_DEVICES": gpu})
+                env.pop("TRITON_INTERPRET", None)
+                if gate is not None:
+                    env[GATE_ENV] = "1"
+                launched = _Launched(_ncu_cmd(exe, metrics, jobdir), jobdir, env, owns_dir=True)
             try:
-                run = run_gated(cmd, t, env, timeout, gate)
+                run = _follow(launched, timeout, gate)
             except subprocess.TimeoutExpired:
                 return ProfileResult(reason=f"ncu did not finish within {timeout:g} s", dropped=dropped)
             out = run.stdout + run.stderr
@@ -142,11 +271,15 @@ def profile(problem: Problem, source: str, config: dict | None = None, *, small:
                 reason = "ncu lacks permission to read GPU performance counters (ERR_NVGPUCTRPERM)"
                 _say_once(reason)
                 return ProfileResult(reason=reason, dropped=dropped)
+            rep = launched.jobdir / "report"
             unknown = [m for m in metrics if m in out and re.search(r"metric", out, re.I)] if run.returncode else []
             if unknown and not Path(f"{rep}.ncu-rep").exists():
                 for m in unknown:
                     metrics.pop(m)
                 dropped.extend(unknown)
+                if targets is not None:  # the targets started later ask this ncu for what it knows
+                    targets.metrics = dict(metrics)
+                launched.close()
                 continue
             break
         rep_file = Path(f"{rep}.ncu-rep")
@@ -157,8 +290,13 @@ def profile(problem: Problem, source: str, config: dict | None = None, *, small:
         imp = subprocess.run([exe, "--import", str(rep_file), "--csv", "--page", "raw", "--print-units", "base"],
                              capture_output=True, text=True, timeout=timeout)
         seconds = {**(getattr(gate, "seconds", None) or {}), "import": round(time.monotonic() - t_imp, 3)}
+        if ahead is not None:
+            seconds["ahead"] = 1
         with contextlib.suppress(OSError, ValueError):  # the target's own steps up to its warm state
-            seconds["target"] = json.loads((t / TARGET_STEPS).read_text())
+            seconds["target"] = json.loads((launched.jobdir / TARGET_STEPS).read_text())
+    finally:
+        if launched is not None:
+            launched.close()
     rows = parse_raw_csv(imp.stdout, metrics)
     if not rows:
         return ProfileResult(reason=f"no kernels in the ncu report: {(imp.stdout + imp.stderr)[-1500:]}",
@@ -176,33 +314,31 @@ def run_gated(cmd: list[str], jobdir: Path, env: dict, timeout: float, gate: Any
     and "on" files). The process learns it is gated from ``GATE_ENV``."""
     if gate is None:
         return subprocess.run(cmd, cwd=jobdir, env=env, capture_output=True, text=True, timeout=timeout)
-    from ._profile_target import (
-        GATE_DONE,
-        GATE_ENV,
-        GATE_GO,
-        GATE_OFF,
-        GATE_ON,
-        GATE_ON_GRANTED,
-        GATE_READY,
-        GATE_SHARE,
-        GATE_SHARED,
-    )
+    launched = _Launched(cmd, jobdir, {**env, GATE_ENV: "1"})  # the process asks (``ask``) before it uses the GPU
+    try:
+        return _follow(launched, timeout, gate)
+    finally:
+        launched.close()
 
-    env = {**env, GATE_ENV: "1"}  # the process asks (``ask``) before it uses the GPU
 
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, cwd=jobdir, env=env, stdout=out, stderr=err, text=True)
-        t = time.monotonic()
-        until = t + timeout
-        marks: dict[str, float] = {}
+def _follow(launched: _Launched, timeout: float, gate: Any) -> subprocess.CompletedProcess:
+    """:func:`run_gated`'s side of a started process, to its end (killed past ``timeout`` or on an exception);
+    without a gate, only waited for."""
+    proc, cmd, jobdir = launched.proc, launched.cmd, launched.jobdir
+    t = time.monotonic()
+    until = t + timeout
+    marks: dict[str, float] = {}
 
-        def mark(name: str) -> None:
-            nonlocal t
-            now = time.monotonic()
-            marks[name] = round(marks.get(name, 0.0) + now - t, 3)
-            t = now
+    def mark(name: str) -> None:
+        nonlocal t
+        now = time.monotonic()
+        marks[name] = round(marks.get(name, 0.0) + now - t, 3)
+        t = now
 
-        try:
+    try:
+        if gate is None:
+            _wait(proc, cmd, until)
+        else:
             if _wait(proc, cmd, until, jobdir / GATE_SHARE):
                 mark("start")
                 gate.share()
@@ -230,15 +366,13 @@ def run_gated(cmd: list[str], jobdir: Path, env: dict, timeout: float, gate: Any
                     mark("alone")
             _wait(proc, cmd, until)
             mark("report")
-        finally:
-            if hasattr(gate, "seconds"):
-                gate.seconds.update(marks)
-            if proc.poll() is None:  # timed out, or interrupted
-                proc.kill()
-                proc.wait()
-        out.seek(0)
-        err.seek(0)
-        return subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
+    finally:
+        if gate is not None and hasattr(gate, "seconds"):
+            gate.seconds.update(marks)
+        launched.kill()  # timed out, or interrupted: no-op once it ended
+    launched.out.seek(0)
+    launched.err.seek(0)
+    return subprocess.CompletedProcess(cmd, proc.returncode, launched.out.read(), launched.err.read())
 
 
 def _wait(proc: subprocess.Popen, cmd: list[str], until: float, *markers: Path) -> bool:

@@ -3,9 +3,11 @@
 Builds the reference instance and the candidate (seeded alike), compiles with two warm-up calls,
 then runs exactly one forward between ``cudaProfilerStart`` and ``cudaProfilerStop``. With
 ``KERNELLAB_GPU_GATE=1`` (``GATE_ENV``, set by ``run_gated``) it asks its parent (:class:`kernellab.sandbox._api.ProfileGate`) for
-the GPU twice: shared before it builds the problem there (its imports hold nothing), and alone before
-that forward: warm-up shares the GPU as correctness work does, only the profiled forward's replays hold
-it alone. Like a sandbox
+the GPU twice: shared before it builds the problem there (its imports and its CUDA context hold nothing), and
+alone before that forward: warm-up shares the GPU as correctness work does, only the profiled forward's replays
+hold it alone. With ``KERNELLAB_PROFILE_AHEAD=1`` (``AHEAD_ENV``) it is started before its job exists
+(:class:`kernellab.sandbox._profile.WarmTargets`): ncu's start, the imports and the context are behind it when
+the job's ``job.pkl`` arrives. Like a sandbox
 worker it first drops the capabilities that would let candidate code read other processes' memory
 and environment (``drop_inspect_caps``): profiling runs the candidate as evaluation does. Where the
 driver restricts performance counters to admin users (``NVreg_RestrictProfilingToAdminUsers=1``),
@@ -41,13 +43,20 @@ def main() -> None:
     from ._load import load_module
 
     jobdir = Path(sys.argv[1])
-    job = pickle.loads((jobdir / "job.pkl").read_bytes())
     os.chdir(jobdir)
-    dev = torch.device("cuda", 0)
-    # the imports needed no GPU; building the problem and warming up share it, but for the compiles
+    # the device: CUDA under ncu; the CPU (KERNELLAB_SANDBOX_DEVICE=cpu, the Triton interpreter) where a test runs
+    # this process without a GPU
+    dev = torch.device("cpu") if os.environ.get("KERNELLAB_SANDBOX_DEVICE") == "cpu" else torch.device("cuda", 0)
     steps = _Steps(jobdir)
-    gated = gated_share(jobdir, "cuda") is not None
-    steps("context_and_share")  # the CUDA context, then the wait for the share
+    hold = gated_prepare(jobdir, dev.type)  # the context made and the compilers wrapped, nothing of the GPU held
+    steps("context")
+    if os.environ.get(AHEAD_ENV) == "1":  # started ahead of its job (WarmTargets): it waits for one, holding nothing
+        await_job(jobdir)
+        steps("idle")
+    job = pickle.loads((jobdir / JOB).read_bytes())
+    if hold is not None:
+        hold.ask_share()
+    steps("share")
     inst = instantiate(job["problem"], small=bool(job["small"]), seed=SEED, device=dev)
     steps("instantiate")
     mod = load_module(job["source"], jobdir, "kernellab_profiled_candidate")
@@ -57,18 +66,22 @@ def main() -> None:
     torch.manual_seed(SEED)
     model = apply_mode(mod.ModelNew(*inst.init_inputs).to(device=dev, dtype=inst.dtype), job["problem"].mode)
     steps("model")
+    cuda = dev.type == "cuda"
     with torch.no_grad():
         for i in range(2):
             model(*inst.inputs)
-            torch.cuda.synchronize()
+            if cuda:
+                torch.cuda.synchronize()
             steps(f"forward{i + 1}")
-        if gated:  # the warm-up shared the GPU; the profiled forward waits until the parent has it alone
+        if hold is not None:  # the warm-up shared the GPU; the profiled forward waits until the parent has it alone
             ask(jobdir, GATE_READY, GATE_GO)
-        torch.cuda.profiler.start()
+        if cuda:
+            torch.cuda.profiler.start()
         model(*inst.inputs)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
-    if gated:
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+    if hold is not None:
         (jobdir / GATE_DONE).touch()
 
 
@@ -77,8 +90,10 @@ TARGET_STEPS = "target-steps.json"
 
 class _Steps:
     """The target's wall seconds by step up to its warm state (``TARGET_STEPS`` in the job directory, rewritten
-    after each step): under ncu the shared stretch lasts 8-10 s for a few milliseconds of kernels, and these
-    say where (the profile event's ``seconds.target``)."""
+    after each step; the profile event's ``seconds.target``): ``context`` (the CUDA context and the compilers'
+    imports, nothing held), ``idle`` (started ahead, waiting for its job), ``share``, then building the problem
+    and the two warm-up forwards, shared. Under ncu the shared stretch had lasted 7-10 s for a few milliseconds of
+    kernels: these said where (the compilers' imports, since moved before the share)."""
 
     def __init__(self, jobdir: Path) -> None:
         self.path, self.t, self.s = jobdir / TARGET_STEPS, time.monotonic(), {}
@@ -120,6 +135,12 @@ class GpuHold:
         (self.jobdir / GATE_OFF.format(self.k)).touch()
         self.shared = False
         return True
+
+    def ask_share(self) -> None:
+        """The first share (``GATE_SHARE``): asked for once the process has its job, its set-up done."""
+        if not self.shared:
+            ask(self.jobdir, GATE_SHARE, GATE_SHARED)
+            self.shared = True
 
     def take(self) -> None:
         if self.shared:
@@ -164,26 +185,55 @@ class GpuHold:
         return call
 
 
-def gated_share(jobdir: Path, device: str) -> GpuHold | None:
-    """In a gated process (``GATE_ENV``) about to use the GPU: its CUDA context made first, holding nothing (the
-    driver's set-up, seconds under ncu, and no kernel: a sandbox worker starts alike while another job times),
-    then the share asked for; the compilers (Triton, Inductor, NVRTC) run without it and Inductor's benchmarks with
-    it (:func:`kernellab.sandbox._compilers.release_for_compiles`). The hold, or None when the process is not gated.
-    A profile's warm-up held the share through its context and its compiles: 1.2-4.6 s that each timing arriving
-    meanwhile waited out, with every reader queued behind it (a third of a 200 s, 8-job bench on the H200 was
-    spent so, the GPU 38% busy)."""
+def gated_prepare(jobdir: Path, device: str) -> GpuHold | None:
+    """In a gated process (``GATE_ENV``), before it asks for the GPU: its CUDA context made (the driver's set-up,
+    seconds under ncu, and no kernel: a sandbox worker starts alike while another job times) and the compilers
+    wrapped (Triton, Inductor and NVRTC to run without the share, Inductor's benchmarks with it:
+    :func:`kernellab.sandbox._compilers.release_for_compiles`), all holding nothing. Its hold, not yet shared
+    (:meth:`GpuHold.ask_share`), or None when the process is not gated. Wrapping imports Inductor, Triton and
+    CuPy: done under the share, it held the GPU 5.9 s of a solo profile's 7.2 s shared stretch on the H200, which
+    every timing arriving meanwhile waited out, with the readers queued behind it."""
     if os.environ.get(GATE_ENV) != "1":
         return None
     if device.startswith("cuda"):
         import torch
 
         torch.empty(1, device=device)  # an allocation makes the context; no kernel runs
-    ask(jobdir, GATE_SHARE, GATE_SHARED)
-    hold = GpuHold(jobdir)
+    hold = GpuHold(jobdir, shared=False)
     from ._compilers import release_for_compiles
 
     release_for_compiles(hold.off_for, hold.on_for)
     return hold
+
+
+def gated_share(jobdir: Path, device: str) -> GpuHold | None:
+    """:func:`gated_prepare`, then the share asked for: the GPU from here on, shared, compiles apart."""
+    hold = gated_prepare(jobdir, device)
+    if hold is not None:
+        hold.ask_share()
+    return hold
+
+
+JOB = "job.pkl"  # the job, in the job directory: written before the process starts, or later (``AHEAD_ENV``)
+AHEAD_ENV = "KERNELLAB_PROFILE_AHEAD"  # "1": started ahead of its job, which it waits for (``WarmTargets``)
+PARENT_ENV = "KERNELLAB_PROFILE_PARENT"  # the pid of the process that hands it its job
+
+
+def await_job(jobdir: Path, poll_s: float = 0.02) -> None:
+    """Wait for ``JOB`` in ``jobdir`` (written whole, then renamed into place); exit once the process that would
+    write it is gone (ncu, between, does not end its target when its own parent dies)."""
+    parent = int(os.environ.get(PARENT_ENV) or 0)
+    checked = time.monotonic()
+    while not (jobdir / JOB).exists():
+        if parent and time.monotonic() - checked > 1.0:
+            checked = time.monotonic()
+            try:
+                os.kill(parent, 0)
+            except ProcessLookupError:
+                raise SystemExit("kernellab: the profile's parent is gone") from None
+            except PermissionError:  # alive, another user's: not ours, but not gone either
+                pass
+        time.sleep(poll_s)
 
 
 def ask(jobdir: Path, request: str, grant: str) -> None:

@@ -137,6 +137,25 @@ def test_profile_gemm_bias_gelu_with_ncu():
         assert (k, metric) in names, (metric, rows.dropped)
 
 
+def test_a_profile_through_a_target_started_ahead(sandbox_executor):
+    # the executor's warm target (WarmTargets): ncu, the imports and the context behind the profile when it begins;
+    # its metrics are the cold profile's, and the next target starts as this one is taken
+    p = load_problem(GEMM)
+    sandbox_executor.warm("cuda", profile=True)
+    targets = sandbox_executor._profile_targets
+    if targets._command is None:
+        pytest.skip("no Nsight Compute here")
+    gpu = sandbox_executor._gpus[0]
+    with sandbox_executor.profiling(p) as gate:
+        rows = profile(p, CAND.read_text(), gpu=gate.gpu, gate=gate)
+    if not rows:
+        pytest.skip(f"no Nsight Compute metrics here: {rows.reason}")
+    assert rows.seconds.get("ahead") == 1 and "idle" in rows.seconds["target"], rows.seconds
+    kernels = {k for k, _, _ in rows}
+    assert any(k.startswith("gemm_bias_gelu_kernel") for k in kernels), kernels
+    assert targets.alive(gpu) == 1
+
+
 def test_cli_eval_full_size_on_gpu():
     out = subprocess.run([sys.executable, "-m", "kernellab.cli", "eval", str(GEMM), str(CAND)], cwd=ROOT,
                          capture_output=True, text=True, timeout=900)
