@@ -64,7 +64,8 @@ def format_step_times(summary: dict) -> str:
     lines = [f"campaign {summary['campaign']}: seconds by step (parallel code tasks add up)"]
     if summary.get("startup_age_s"):
         lines.append("  start-up, the process's age at each point: "
-                     + ", ".join(f"{k} {v:.1f} s" for k, v in summary["startup_age_s"].items()))
+                     + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(summary["startup_age_s"].items(),
+                                                                      key=lambda kv: kv[1])))
     for r in summary["steps"]:
         lines.append(f"  {r['step']:<10} {r['seconds']:9.1f} s  {r['count']:4d} x, longest {r['max_s']:.1f} s")
         for p in summary["parts"]:
