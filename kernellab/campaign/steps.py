@@ -25,6 +25,7 @@ class _Steps:
         self.tune_trials = config.tune_trials_on(device)
         self._early: dict[str, Any] = {}  # candidate id -> its judged evaluation's future, submitted as it was written
         self._early_lock = threading.Lock()
+        self._storage_warm = False  # Optuna's storage made ahead of the first tuning (search.prewarm_storage)
 
     def _settings(self, problem: Problem) -> dict:
         from kernellab import search
@@ -59,6 +60,12 @@ class _Steps:
         """A candidate's judged evaluation, submitted (``sandbox.evaluate``'s job, its future not waited on)."""
         from kernellab import sandbox
 
+        if self.tune_trials > 0 and not self._storage_warm:
+            # made while the campaign waits for its first evaluation (the first tuning otherwise does)
+            self._storage_warm = True
+            from kernellab import search
+
+            search.prewarm_storage(self.store)
         return self.executor.submit(sandbox.EvalJob(problem=problem, source=cand["source"], small=self.config.small,
                                                     device=self.device, trials=self.config.trials, store=self.store))
 

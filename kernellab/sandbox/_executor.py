@@ -183,6 +183,8 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
             for threads in self._threads.values():
                 for t in threads:
                     t.join(timeout=max(0.0, until - time.monotonic()))
+        if self._profile_targets is not None:
+            self._profile_targets.signal_kill()  # they end while the workers do
         kill_all(list(self._workers))
         if self._profile_targets is not None:
             self._profile_targets.close()

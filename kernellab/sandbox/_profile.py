@@ -19,6 +19,7 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -133,10 +134,15 @@ class _Launched:
         self.proc = subprocess.Popen(cmd, cwd=jobdir, env=env, stdout=self.out, stderr=self.err, text=True,
                                      start_new_session=True)
 
-    def kill(self) -> None:
+    def signal_kill(self) -> None:
+        """SIGKILL to ncu and its target (their own process group), not waited for."""
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, 9)
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.signal_kill()
             self.proc.kill()
             self.proc.wait()
 
@@ -205,11 +211,21 @@ class WarmTargets:
         with self._lock:
             return sum(1 for t in self._ready.get(gpu, []) if t.proc.poll() is None)
 
+    def signal_kill(self) -> None:
+        """Every target not taken killed, not waited for (:meth:`close` after: a CUDA process takes about a second to
+        end, and the executor's workers end meanwhile)."""
+        with self._lock:
+            for ts in self._ready.values():
+                for t in ts:
+                    t.signal_kill()
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
             ready = [t for ts in self._ready.values() for t in ts]
             self._ready.clear()
+        for t in ready:
+            t.signal_kill()
         for t in ready:
             t.close()
 

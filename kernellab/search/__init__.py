@@ -21,9 +21,9 @@ from ._policies import POLICIES, UCT, Beam, Evolve, Greedy, get_policy
 from ._reuse import VERSION_KEYS, find_reusable, reused_result
 from ._reuse import settings as reuse_settings
 from ._tree import Node, Tree, score_of
-from ._tune import SpaceError, TuneResult, make_sampler, parse_space, read_space, tune
+from ._tune import SpaceError, TuneResult, make_sampler, parse_space, prewarm_storage, read_space, tune
 
 __all__ = ["Tree", "Node", "score_of", "Greedy", "Beam", "UCT", "Evolve", "POLICIES", "get_policy",
            "Budget", "Usage", "StopRules", "StopDecision", "CEILINGS", "pct_of_ceiling", "check",
-           "stop_reason", "tune", "parse_space", "read_space", "SpaceError", "TuneResult", "make_sampler",
+           "stop_reason", "tune", "prewarm_storage", "parse_space", "read_space", "SpaceError", "TuneResult", "make_sampler",
            "find_reusable", "reused_result", "reuse_settings", "VERSION_KEYS"]

@@ -26,7 +26,13 @@ def test_sizes_in_run_show_and_report(tmp_path: Path) -> None:
     first = r.stderr.splitlines()[:2]
     assert any(line.endswith(f"kb_gemm_add_relu: {SIZES}") for line in first), r.stderr
     store = Store(tmp_path / "k.db")
-    cand = store.candidates(store.get_campaign("c")["id"])[0]
+    cid = store.get_campaign("c")["id"]
+    cand = store.candidates(cid)[0]
+    # the start-up, in the order it ran: the workers were started once the input was checked, before the campaign
+    # was written and the graph's modules loaded (their start-up overlaps those)
+    ages = next(e["payload"]["startup_age_s"] for e in store.events(cid, "session") if e["payload"].get("started"))
+    order = ["imported", "checked", "warmed", "started", "entered", "session"]
+    assert [ages[k] for k in order] == sorted(ages[k] for k in order), ages
     store.close()
     shown = _cli("show", cand["id"], "--db", "k.db", "--no-source", "--json", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr

@@ -223,3 +223,19 @@ def test_tuning_best_is_the_row_the_store_selects(objective) -> None:
     assert best_retime([row(64, 1.0, 1.0, status="error")], objective) is None
     with pytest.raises(ValueError, match="objective"):
         tune(None, {"id": "c", "source": CANDIDATE}, store=None, objective="fastest")
+
+
+def test_optuna_storage_is_made_once_per_database_file(tmp_path):
+    # making it imports Optuna, SQLAlchemy and Alembic and checks the schema: 3-4 s before a solo campaign's first
+    # trial on the H200, and again for each later tuning; a campaign now makes it while its first evaluation runs
+    from kernellab.search import prewarm_storage
+    from kernellab.search._tune import optuna_storage
+
+    store = Store(tmp_path / "k.db")
+    prewarm_storage(store).join(120)
+    made = optuna_storage(store)
+    assert optuna_storage(store) is made
+    other = Store(tmp_path / "other.db")
+    assert optuna_storage(other) is not made and optuna_storage(other) is optuna_storage(other)
+    store.close()
+    other.close()
