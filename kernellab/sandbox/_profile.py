@@ -211,14 +211,6 @@ class WarmTargets:
         with self._lock:
             return sum(1 for t in self._ready.get(gpu, []) if t.proc.poll() is None)
 
-    def signal_kill(self) -> None:
-        """Every target not taken killed, not waited for (:meth:`close` after: a CUDA process takes about a second to
-        end, and the executor's workers end meanwhile)."""
-        with self._lock:
-            for ts in self._ready.values():
-                for t in ts:
-                    t.signal_kill()
-
     def close(self) -> None:
         with self._lock:
             self._closed = True

@@ -123,6 +123,8 @@ def test_exclusive_gpu_blocks_trials_and_timings(sandbox_executor, problem):
     assert all(a >= released for a, _ in r["details"]["trial_windows"]), (t_held, released, r["details"]["trial_windows"])
 
 
+# one ncu profiles on a GPU at a time (a second fails: "a driver resource was unavailable"): both on one xdist worker
+@pytest.mark.xdist_group("ncu")
 def test_profile_gemm_bias_gelu_with_ncu():
     p = load_problem(GEMM)
     rows = profile(p, CAND.read_text())
@@ -137,6 +139,7 @@ def test_profile_gemm_bias_gelu_with_ncu():
         assert (k, metric) in names, (metric, rows.dropped)
 
 
+@pytest.mark.xdist_group("ncu")
 def test_a_profile_through_a_target_started_ahead(sandbox_executor):
     # the executor's warm target (WarmTargets): ncu, the imports and the context behind the profile when it begins;
     # its metrics are the cold profile's, and the next target starts as this one is taken
