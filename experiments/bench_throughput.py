@@ -287,7 +287,7 @@ def run_side(label: str, tree: Path, commit: str, suite_file: Path, work: Path, 
     failed = stopped is None and rc not in (0, 1)
     page = _page(side)
     facts = read_db(db) if db.exists() else {"problems_finished": 0, "evaluations": 0, "phase_s": {},
-                                             "admission_wait_s": 0.0, "winners": {}}
+                                             "admission_wait_s": 0.0, "winners": {}, "memory": []}
     hours = wall / 3600
     gpu_hours = hours * gpus if gpus else None
     res = {"label": label, "commit": commit, "tree": str(tree), "command": cmd[1:], "returncode": rc,
@@ -299,7 +299,7 @@ def run_side(label: str, tree: Path, commit: str, suite_file: Path, work: Path, 
            "gpus": gpus, "evaluations_per_gpu_hour": round(facts["evaluations"] / gpu_hours, 1) if gpu_hours else None,
            "gpu_busy_share": sampled["busy_share"], "gpu_util_mean": sampled["mean_util"],
            "gpu_samples": sampled["samples"], "gpu_sampler": sampled["error"],
-           "phase_s": facts["phase_s"], "admission_wait_s": facts["admission_wait_s"],
+           "phase_s": facts["phase_s"], "admission_wait_s": facts["admission_wait_s"], "memory": facts["memory"],
            "bench_pace": (page or {}).get("pace"), "db": str(db), "log_tail": log.read_text()[-3000:] if failed else None,
            "verdicts": verdicts(page, facts["winners"])}
     print(f"bench_throughput: {label}: {res['problems_finished']} problems finished in {wall:.0f} s"
@@ -337,10 +337,40 @@ def read_db(db: Path) -> dict:
             admission += float(((d.get("memory") or {}).get("admission_wait_s")) or 0.0)
         winners = {cid: {"origin": o, "action": a}
                    for cid, o, a in con.execute("select id, origin, action from candidates")}
+        memory = memory_by_problem(con)
     finally:
         con.close()
     return {"problems_finished": finished, "evaluations": n, "admission_wait_s": round(admission, 1),
-            "phase_s": {k: round(v, 1) for k, v in sorted(phases.items(), key=lambda kv: -kv[1])}, "winners": winners}
+            "phase_s": {k: round(v, 1) for k, v in sorted(phases.items(), key=lambda kv: -kv[1])}, "winners": winners,
+            "memory": memory}
+
+
+def memory_by_problem(con: sqlite3.Connection) -> list[dict]:
+    """Per problem, its evaluations' memory admission (``details.memory``, ``details.retries``): the seconds they
+    waited, the largest need admitted and the largest whole-job peak measured (GB), and the attempts that ran
+    out of memory and were retried. Longest wait first. A need far above the peak is admission holding jobs back
+    for memory they never use (session 17: two conv problems' needs doubled for good after one out-of-memory)."""
+    rows: dict[str, dict] = {}
+    try:
+        found = con.execute("select p.name, e.details_json from evaluations e join candidates c on c.id = e.candidate_id "
+                            "join problems p on p.id = c.problem_id")
+        for name, details in found:
+            d = json.loads(details or "{}")
+            if d.get("reused_from"):
+                continue
+            m = d.get("memory") or {}
+            r = rows.setdefault(name, {"problem": name, "evaluations": 0, "admission_wait_s": 0.0, "need_gb": 0.0,
+                                       "peak_gb": 0.0, "oom_retries": 0})
+            r["evaluations"] += 1
+            r["admission_wait_s"] += float(m.get("admission_wait_s") or 0.0)
+            r["need_gb"] = max(r["need_gb"], float(m.get("need_bytes") or 0) / 1e9)
+            r["peak_gb"] = max(r["peak_gb"], float(m.get("peak_bytes") or 0) / 1e9)
+            r["oom_retries"] += sum(1 for e in d.get("retries") or [] if "oom" in str(e.get("error_class") or ""))
+    except sqlite3.Error:  # an older schema: no such table as this tree reads
+        return []
+    out = [{**r, "admission_wait_s": round(r["admission_wait_s"], 1), "need_gb": round(r["need_gb"], 1),
+            "peak_gb": round(r["peak_gb"], 1)} for r in rows.values()]
+    return sorted(out, key=lambda r: (-r["admission_wait_s"], r["problem"]))
 
 
 def verdicts(page: dict | None, cands: dict) -> dict:
@@ -372,6 +402,7 @@ def gzip_db(db: Path, dest: Path) -> Path | None:
 
 
 # -- the page -----------------------------------------------------------------------------------------------
+MEMORY_ROWS = 8  # the problems with the longest admission waits, on the page
 def _f(v: Any, fmt: str = "{:.1f}") -> str:
     return "-" if v is None else fmt.format(v)
 
@@ -432,6 +463,14 @@ def markdown(res: dict) -> str:
     for k in [*phases, "admission_wait"]:
         vals = [s["admission_wait_s"] if k == "admission_wait" else s["phase_s"].get(k) for s in res["sides"].values()]
         lines.append(f"| {k} | " + " | ".join(_f(v) for v in vals) + " |")
+    waited = [(label, r) for label, s in res["sides"].items() for r in s.get("memory") or [] if r["admission_wait_s"] > 0]
+    if waited:
+        lines += ["", "## Memory admission by problem (the longest waits)", "",
+                  "| side | problem | evaluations | admission wait s | largest need GB | largest job peak GB | "
+                  "out-of-memory retries |", "|---|---|---|---|---|---|---|"]
+        for label, r in sorted(waited, key=lambda lr: -lr[1]["admission_wait_s"])[:MEMORY_ROWS]:
+            lines.append(f"| {label} | {r['problem']} | {r['evaluations']} | {r['admission_wait_s']:.1f} | "
+                         f"{r['need_gb']:.1f} | {r['peak_gb']:.1f} | {r['oom_retries']} |")
     lines += ["", "## Verdicts per problem", ""]
     if c["agree"]:
         lines += [f"Both sides finished {c['agree']['judged']} problems; their correctness agrees on {c['agree']['agree']}.", ""]

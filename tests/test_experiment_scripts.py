@@ -100,3 +100,41 @@ def test_bench_throughput_side_by_side_on_tiny_problems(tmp_path: Path) -> None:
             assert c.execute("select count(*) from campaigns where status = 'done'").fetchone()[0] == 2
     worktrees = subprocess.run(["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True).stdout
     assert "kernellab-throughput-" not in worktrees  # the base's checkout is gone
+
+
+def test_bench_throughput_pages_memory_admission_by_problem(tmp_path: Path) -> None:
+    # session 17's suite waited 646.8 s in admission, most of it two conv problems admitted at 2.5x their jobs'
+    # peaks after one out-of-memory: the page now names such problems (need against peak, retries)
+    sys.path.insert(0, str(ROOT / "experiments"))
+    try:
+        import bench_throughput as bt
+    finally:
+        sys.path.remove(str(ROOT / "experiments"))
+    from kernellab.problem import load_problem
+    from kernellab.store import Store
+
+    db = tmp_path / "b.db"
+    gb = 10**9
+    with Store(db) as store:
+        cid = store.create_campaign("c", {"budget": 2}, "cuda", {})
+        for name, waits, need, peak, retried in (("conv", [30.0, 12.5], 65.4, 26.2, True), ("gemm", [0.0], 3.3, 1.5, False)):
+            problem = load_problem(ROOT / "tests" / "problems" / "kb_gemm_add_relu.py")
+            pid = store.add_problem(type(problem)(name=name, source=problem.source + f"\n# {name}\n", path=problem.path))
+            cand = store.add_candidate(cid, pid, f"import torch  # {name}\n", origin="seed", action="seed")
+            for i, wait in enumerate(waits):
+                details = {"memory": {"admission_wait_s": wait, "need_bytes": int(need * gb), "peak_bytes": int(peak * gb)}}
+                if retried and i == 0:
+                    details["retries"] = [{"error_class": "oom", "grant_bytes": int(need / 2 * gb)}]
+                store.add_evaluation(cand, {"status": "correct", "config": {"i": i}, "details": details}, kind="trial")
+    rows = {r["problem"]: r for r in bt.read_db(db)["memory"]}
+    assert rows["conv"] == {"problem": "conv", "evaluations": 2, "admission_wait_s": 42.5, "need_gb": 65.4,
+                            "peak_gb": 26.2, "oom_retries": 1}
+    assert rows["gemm"]["admission_wait_s"] == 0.0 and rows["gemm"]["oom_retries"] == 0
+    side = {"commit": "x", "problems_finished": 0, "problems": 2, "wall_s": 1.0, "problems_per_hour": 0.0,
+            "evaluations": 3, "evaluations_per_gpu_hour": None, "gpu_busy_share": None, "gpu_util_mean": None,
+            "stopped": None, "phase_s": {}, "admission_wait_s": 42.5, "memory": list(rows.values()), "verdicts": {}}
+    res = {"order": ["new"], "date": "d", "command": "c", "device": "gpu", "versions": {}, "commit": "x", "suite": [],
+           "max_ref_gb": 16.0, "problems": [], "budget": 4, "jobs": 8, "side_limit_s": 320.0, "small": False,
+           "interpreted": False, "sides": {"new": side}, "comparison": bt.compare({"new": side})}
+    md = bt.markdown(res)
+    assert "| new | conv | 2 | 42.5 | 65.4 | 26.2 | 1 |" in md and "| new | gemm |" not in md  # no wait, no row
