@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from kernellab import _astlock
 
@@ -54,8 +55,6 @@ def process_age() -> float:
         with open("/proc/uptime") as f:
             return round(float(f.read().split()[0]) - started, 3)
     except (OSError, ValueError, IndexError):
-        import time
-
         return round(time.monotonic() - _IMPORTED, 3)
 
 
@@ -72,10 +71,4 @@ def stamps() -> dict[str, float]:
     return dict(_STAMPS)
 
 
-def _monotonic() -> float:
-    import time
-
-    return time.monotonic()
-
-
-_IMPORTED = _monotonic()
+_IMPORTED = time.monotonic()

@@ -129,10 +129,20 @@ def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: A
         return _run_locked(store, camp, progress, executor, agents)
 
 
+def campaign_executor(device: str, executor: Any = None) -> Any:
+    """``executor``, or this host's own (shut down on a signal), warmed for a campaign on ``device``: its workers
+    start while the campaign plans and codes, and on a GPU an Nsight Compute target too (a campaign there
+    profiles)."""
+    from kernellab import sandbox
+
+    executor = executor or _interrupt.watch(sandbox.LocalExecutor())
+    executor.warm(device, profile=device == "cuda")
+    return executor
+
+
 def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: Any) -> dict:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from kernellab import sandbox
     from kernellab.agents.graph import build_graph, timed_step
 
     cfg_dict = {k: v for k, v in camp["config"].items() if k in CampaignConfig.__dataclass_fields__}
@@ -143,11 +153,8 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
     _runtime.stamp("agents")
     device = config.device or env.default_device()
     own_executor = executor is None
-    executor = executor or _interrupt.watch(sandbox.LocalExecutor())
     # after a SIGINT/SIGTERM the killed workers' results raise Stopped, never recorded as verdicts
-    executor = _interrupt.guard(executor)
-    # the workers start while the campaign plans and codes; on a GPU an Nsight Compute target too
-    executor.warm(device, profile=device == "cuda")
+    executor = _interrupt.guard(campaign_executor(device, executor))
     _runtime.stamp("executor")
     fresh = [p for pid, p in problems.items() if not store.candidates(camp["id"], pid)]
     if device == "cuda" and isinstance(getattr(agents, "inductor", None), dict):

@@ -69,11 +69,10 @@ def _local_executor(device: str | None) -> Any:
     """The campaign's local executor, made and warmed once the input is checked: its workers (and on a GPU an
     Nsight Compute target) start while the campaign is written and the graph's modules load, 2.6 s of a solo
     run's 10 s start-up on the H200 that its first evaluation waited for."""
-    from kernellab import _interrupt, _runtime, env, sandbox
+    from kernellab import _runtime, env
+    from kernellab.campaign.running import campaign_executor
 
-    executor = _interrupt.watch(sandbox.LocalExecutor())
-    device = device or env.default_device()
-    executor.warm(device, profile=device == "cuda")
+    executor = campaign_executor(device or env.default_device())
     _runtime.stamp("warmed")
     return executor
 

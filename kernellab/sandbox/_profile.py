@@ -185,12 +185,8 @@ class WarmTargets:
                 ready.remove(t)
                 t.close()
             while len(ready) < self.per_gpu:
-                jobdir = Path(tempfile.mkdtemp(prefix="kernellab-ncu-"))
-                env = worker_env(str(jobdir), {"CUDA_VISIBLE_DEVICES": gpu, GATE_ENV: "1", AHEAD_ENV: "1",
-                                               PARENT_ENV: str(os.getpid()), **self.env})
-                if "TRITON_INTERPRET" not in self.env:
-                    env.pop("TRITON_INTERPRET", None)
-                ready.append(_Launched(self._command(jobdir), jobdir, env, owns_dir=True))
+                ready.append(_launch(self._command, gpu, {GATE_ENV: "1", AHEAD_ENV: "1",
+                                                          PARENT_ENV: str(os.getpid()), **self.env}))
 
     def take(self, gpu: str, metrics: dict[str, str] | None = None) -> _Launched | None:
         """A target started for ``gpu`` that still runs (with ``metrics``, where given), or None; its
@@ -220,6 +216,19 @@ class WarmTargets:
             t.signal_kill()
         for t in ready:
             t.close()
+
+
+def _launch(command: Callable[[Path], list[str]], gpu: str, extra: dict[str, str], job: dict | None = None) -> _Launched:
+    """A target's process started in a job directory of its own, seeing ``gpu`` only, with the worker's scrubbed
+    environment plus ``extra`` (the interpreter switch dropped unless ``extra`` sets it); ``job`` is handed over
+    before it starts, where given (a target started ahead gets it later: :func:`hand_job`)."""
+    jobdir = Path(tempfile.mkdtemp(prefix="kernellab-ncu-"))
+    if job is not None:
+        hand_job(jobdir, job)
+    env = worker_env(str(jobdir), {"CUDA_VISIBLE_DEVICES": gpu, **extra})
+    if "TRITON_INTERPRET" not in extra:
+        env.pop("TRITON_INTERPRET", None)
+    return _Launched(command(jobdir), jobdir, env, owns_dir=True)
 
 
 def hand_job(jobdir: Path, job: dict) -> None:
@@ -263,13 +272,8 @@ def profile(problem: Problem, source: str, config: dict | None = None, *, small:
                 launched = ahead
                 hand_job(launched.jobdir, job)
             else:
-                jobdir = Path(tempfile.mkdtemp(prefix="kernellab-ncu-"))
-                hand_job(jobdir, job)
-                env = worker_env(str(jobdir), {"CUDA_VISIBLE_DEVICES": gpu})
-                env.pop("TRITON_INTERPRET", None)
-                if gate is not None:
-                    env[GATE_ENV] = "1"
-                launched = _Launched(_ncu_cmd(exe, metrics, jobdir), jobdir, env, owns_dir=True)
+                launched = _launch(lambda d: _ncu_cmd(exe, metrics, d), gpu,
+                                   {GATE_ENV: "1"} if gate is not None else {}, job)
             try:
                 run = _follow(launched, timeout, gate)
             except subprocess.TimeoutExpired:

@@ -43,7 +43,15 @@ if TYPE_CHECKING:
     from kernellab.problem import Problem
 
 
-class Msg(str, enum.Enum):
+class _Named(str, enum.Enum):
+    """A ``str`` enum that prints as its bare value, in messages, results, error classes and texts, as when these
+    were strings. Not ``enum.StrEnum``: Python 3.10."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Msg(_Named):
     JOB = "job"
     GO = "go"
     EXIT = "exit"
@@ -59,16 +67,13 @@ class Msg(str, enum.Enum):
     REFERENCE = "reference"
     RESULT = "result"
 
-    def __str__(self) -> str:  # the bare name in messages and error texts, as when these were strings
-        return self.value
-
 
 TO_WORKER = frozenset({Msg.JOB, Msg.GO, Msg.EXIT})
 TO_EXECUTOR = frozenset(Msg) - TO_WORKER
 
 
-class Phase(str, enum.Enum):
-    """A job's phase or an executor thread's label (see the module docstring). Not ``enum.StrEnum``: Python 3.10."""
+class Phase(_Named):
+    """A job's phase or an executor thread's label (see the module docstring)."""
 
     # a job's phases, announced by its worker (the executor sets LOAD and TIMING itself too): each has a limit
     REFERENCE = "reference"
@@ -98,9 +103,6 @@ class Phase(str, enum.Enum):
     PROFILE_SHARED = "profile:shared"
     PROFILE_WAIT_ALONE = "profile:wait_alone"
     PROFILE_ALONE = "profile:alone"
-
-    def __str__(self) -> str:  # the bare name in results, error classes and texts, as when these were strings
-        return self.value
 
 
 # the phases a job's deadline follows (``Limits.of``)

@@ -97,30 +97,26 @@ def space_size(dists: dict[str, Any]) -> int | None:
 
 
 # -- the study -------------------------------------------------------------------------------------
-_MEMORY: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
-
-_RDB: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-_RDB_LOCK = threading.Lock()
+_STORAGES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_STORAGES_LOCK = threading.Lock()
 
 
 def optuna_storage(store: Any) -> Any:
-    """The campaign database as Optuna storage; a ``":memory:"`` store gets one in-memory storage. One
-    ``RDBStorage`` per store object (its engine's sessions are per thread): making one imports Optuna, SQLAlchemy
-    and Alembic and checks the schema, 3-4 s before a solo campaign's first trial on the H200."""
+    """The campaign database as Optuna storage, one per store object: a ``":memory:"`` store's in memory, a file's
+    an ``RDBStorage`` (its engine's sessions are per thread). Making one of those imports Optuna, SQLAlchemy and
+    Alembic and checks the schema, 3-4 s before a solo campaign's first trial on the H200."""
     import optuna
 
-    if getattr(store, "memory", False):
-        if store not in _MEMORY:
-            _MEMORY[store] = optuna.storages.InMemoryStorage()
-        return _MEMORY[store]
-    from pathlib import Path
+    with _STORAGES_LOCK:
+        if store not in _STORAGES:
+            if getattr(store, "memory", False):
+                _STORAGES[store] = optuna.storages.InMemoryStorage()
+            else:
+                from pathlib import Path
 
-    with _RDB_LOCK:
-        if store not in _RDB:
-            url = f"sqlite:///{Path(store.path).resolve()}"
-            _RDB[store] = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
-        return _RDB[store]
+                url = f"sqlite:///{Path(store.path).resolve()}"
+                _STORAGES[store] = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+        return _STORAGES[store]
 
 
 def prewarm_storage(store: Any) -> threading.Thread:

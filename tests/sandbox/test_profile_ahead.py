@@ -12,7 +12,6 @@ import textwrap
 import time
 from pathlib import Path
 
-from kernellab import Problem
 from kernellab.sandbox._api import ProfileGate
 from kernellab.sandbox._gpu import Board, RWLock
 from kernellab.sandbox._profile import WarmTargets, _follow, hand_job, run_gated
@@ -20,16 +19,6 @@ from kernellab.sandbox._profile_target import GATE_SHARE, JOB, PARENT_ENV, TARGE
 
 ROOT = Path(__file__).resolve().parents[2]
 RELU = (Path(__file__).resolve().parent / "adversarial" / "correct_torch.py").read_text()
-PROBLEM = Problem(name="ahead", source=textwrap.dedent('''
-    import torch
-    class Model(torch.nn.Module):
-        def forward(self, x):
-            return torch.relu(x * 2.0) + 1.0
-    def get_inputs():
-        return [torch.randn(8, 127)]
-    def get_init_inputs():
-        return []
-'''))
 CPU_ENV = {"KERNELLAB_SANDBOX_DEVICE": "cpu", "TRITON_INTERPRET": "1"}
 
 
@@ -72,7 +61,7 @@ def test_a_gated_process_wraps_its_compilers_before_it_asks_for_the_share(tmp_pa
     assert run.returncode == 0, run.stderr
 
 
-def test_a_target_started_ahead_holds_nothing_until_its_job_then_profiles_it():
+def test_a_target_started_ahead_holds_nothing_until_its_job_then_profiles_it(problem):
     lock = RWLock()
     targets = WarmTargets(command=_target, env=CPU_ENV)
     targets.start("0")
@@ -85,7 +74,7 @@ def test_a_target_started_ahead_holds_nothing_until_its_job_then_profiles_it():
         assert not (t.jobdir / GATE_SHARE).exists() and lock.state == (0, False, 0)
         got = targets.take("0")
         assert got is t and targets.alive("0") == 1  # its replacement starts at once
-        hand_job(t.jobdir, {"problem": PROBLEM, "source": RELU, "config": None, "small": True})
+        hand_job(t.jobdir, {"problem": problem("tiny_relu"), "source": RELU, "config": None, "small": True})
         gate = ProfileGate("0", lock, Board())
         run = _follow(t, 180.0, gate)
         gate.close()
