@@ -3,6 +3,7 @@
 #   KB_DB_GZ=experiments/results/<...>.db.gz  the last call's database, carried in the tree: the bench resumes it
 #   KB_TIMEOUT=S   SIGINT to the bench at S seconds (it saves and stops), SIGKILL 30 s later [420]; 0: no bench
 #   KB_JOBS=N      campaigns at once [8]     KB_SUITE   [.kb/level[12]/*.py]
+#   KB_WARM_DB=1   resume /tmp/kb-public.db where an earlier call on this still-warm machine left it
 #   SOLO=FILE      first, one timed `kernellab run FILE --budget 4` and where its time went
 #   KB_CROSSCHECK=S  then experiments/kb_crosscheck.py on the database for at most S seconds; KB_KEEP=JSON (an
 #                  earlier cross-check's, in the tree) keeps its verdicts of the same evaluations
@@ -31,9 +32,15 @@ for line in sys.stdin:
 fi
 [ "${KB_TIMEOUT:-420}" = 0 ] && exit 0  # the solo run alone
 db=/tmp/kb-public.db
-rm -f "$db"
-[ -n "${KB_DB_GZ:-}" ] && [ -f "$KB_DB_GZ" ] && gunzip -c "$KB_DB_GZ" > "$db"
-echo "kb_public: bench start $(date -u +%H:%M:%S), resuming: ${KB_DB_GZ:-none}"
+src=${KB_DB_GZ:-none}
+# a machine still warm from the last call keeps its database there, newer than the one in the tree
+if [ -n "${KB_WARM_DB:-}" ] && [ -s "$db" ]; then
+  src="$db (left by the last call on this machine)"
+else
+  rm -f "$db"
+  [ -n "${KB_DB_GZ:-}" ] && [ -f "$KB_DB_GZ" ] && gunzip -c "$KB_DB_GZ" > "$db"
+fi
+echo "kb_public: bench start $(date -u +%H:%M:%S), resuming: $src"
 timeout -s INT -k 30 "${KB_TIMEOUT:-420}" $PY -m kernellab.cli bench "${KB_SUITE:-.kb/level[12]/*.py}" --budget 4 \
   --jobs "${KB_JOBS:-8}" --db "$db" --name kb-public --out-dir "$OUT" > "$OUT/kb-bench.log" 2>&1
 echo "kb_public: bench rc $? at $(date -u +%H:%M:%S)"  # 124/130: stopped at KB_TIMEOUT, saved
