@@ -380,12 +380,21 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
             f"{f', {resumed} resumed' if resumed else ''}: {prob.name} {verdict}")
         say(pace_line(result["pace"]))
 
+    order = _Order(todo, _large_rule(executor, problems, device, config_kw.get("small")), cap=max(1, jobs // 4))
+
+    def next_one() -> None:
+        i, resume, large = order.take()
+        try:
+            one(i, resume)
+        finally:
+            order.done(large)
+
     # not `with ThreadPoolExecutor`: its exit waits for every campaign to end, which held a Ctrl-C for minutes
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="kernellab-bench")
     futs: list = []
     with pace.sampler:
         try:
-            futs += [pool.submit(one, i, r) for i, r in todo]
+            futs += [pool.submit(next_one) for _ in todo]
             for fut in futs:
                 fut.result()
         except BaseException:  # Ctrl-C, SIGTERM (the CLI's handler), or a bug: stop everything, save, go
@@ -401,6 +410,61 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
         f"{result['problems_finished']} of {result['problems_total']} problems of the suite finished")
     say(pace_line(result["pace"]))
     return result, jpath, mpath
+
+
+# a problem is large when one of its jobs asks for more than this share of its device's memory: a few such jobs
+# fill the card (the share above which admission probes a problem alone first, ``sandbox._gpu.probes``)
+LARGE_SHARE = 0.25
+
+
+def _large_rule(executor: Any, problems: list[Problem], device: str, small: bool | None) -> Callable[[int], bool]:
+    """problem index -> whether it is large (``LARGE_SHARE``), from the executor's ``memory_share`` (a pool that
+    cannot tell, such as a cluster's, makes every problem count as small: the suite's order as it was)."""
+    share = getattr(executor, "memory_share", None)
+
+    def large(i: int) -> bool:
+        if share is None:
+            return False
+        try:
+            got = share(problems[i], small, device)
+        except Exception:  # no estimate: admission runs its jobs alone and says why; here it takes its turn
+            return False
+        return got is not None and got > LARGE_SHARE
+
+    return large
+
+
+class _Order:
+    """Which problem a free campaign thread takes next: the suite's order, except that at most ``cap`` large
+    problems run at once while smaller ones wait. Memory admission lets only one or two jobs of KernelBench's
+    6.4 GB elementwise problems share the H200, and eight such campaigns at once left it 12% busy for 305 s
+    (session 18, one problem finished); smaller problems run beside a few large ones and use what they leave.
+    When only large problems are left they go in order, cap or not: a thread never waits for a problem."""
+
+    def __init__(self, todo: list[tuple[int, str | None]], large: Callable[[int], bool], cap: int) -> None:
+        self._todo, self._large, self.cap = list(todo), large, cap
+        self._known: dict[int, bool] = {}
+        self._running = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> tuple[int, str | None, bool]:
+        with self._lock:
+            k = 0
+            if self._running >= self.cap:
+                k = next((n for n, (i, _) in enumerate(self._todo) if not self._is_large(i)), 0)
+            i, resume = self._todo.pop(k)
+            big = self._is_large(i)
+            self._running += big
+            return i, resume, big
+
+    def done(self, large: bool) -> None:
+        with self._lock:
+            self._running -= large
+
+    def _is_large(self, i: int) -> bool:
+        if i not in self._known:
+            self._known[i] = bool(self._large(i))
+        return self._known[i]
 
 
 def _stop_bench(guarded: Any, pool: Any, futs: list, store: Any, ids: set[str], lock: Any, write: Callable[[], dict],

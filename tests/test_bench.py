@@ -383,3 +383,44 @@ def test_a_stopped_bench_waits_only_for_the_campaigns_that_started(tmp_path):
     _stop_bench(None, pool, futs, Store(str(tmp_path / "k.db")), set(), threading.Lock(), lambda: {}, said.append)
     assert "(0 campaign thread(s) still busy" in said[-1], said
     assert all(f.cancelled() for f in futs[1:])
+
+
+def test_a_few_large_problems_run_at_once_among_smaller_ones() -> None:
+    from kernellab.bench import _Order
+
+    large = {0, 1, 2}.__contains__  # the suite's first three problems are large
+    order = _Order([(0, None), (1, "c1"), (2, None), (3, None), (4, None)], large, cap=1)
+    first = order.take()
+    assert first == (0, None, True)
+    # one large problem runs: the next free thread takes the first smaller one, then the next
+    assert order.take() == (3, None, False) and order.take() == (4, None, False)
+    # only large ones left: they go in order, over the cap (a thread never waits for a problem)
+    assert order.take() == (1, "c1", True)
+    order.done(True)
+    order.done(True)
+    assert order.take() == (2, None, True)
+
+
+def test_bench_asks_the_executor_which_problems_are_large(tmp_path: Path) -> None:
+    from kernellab.sandbox import LocalExecutor
+
+    gib = 1 << 30
+    paths = ["experiments/problems/ops/gelu.py", "experiments/problems/ops/layernorm.py",
+             "experiments/problems/ops/softmax.py"]  # in the suite's order
+    suite = tmp_path / "three.txt"
+    suite.write_text("\n".join(paths) + "\n")
+    probs = [load_problem(ROOT / p) for p in paths]
+
+    def executor() -> LocalExecutor:
+        ex = LocalExecutor(cpu_workers=2, gpu_bytes=10 * gib)
+        for p, est in zip(probs, (6 * gib, 6 * gib, gib // 4), strict=True):  # the meta device's estimate of a job
+            ex._estimates[(p.id, True)] = (est, est // 4)
+        return ex
+
+    store = Store(tmp_path / "b.db")
+    r, _, _ = run_bench(str(suite), store, TINY_KW, out_dir=tmp_path / "out", jobs=2, executor_factory=executor)
+    assert r["complete"]
+    started = [c["name"].split("-")[2] for c in sorted(store.list_campaigns(), key=lambda c: c["created_at"])]
+    # gelu and layernorm are large (a job asks for 3/4 of the budget), softmax small: with two campaigns at
+    # once, at most one large one (jobs // 4, at least 1) runs while a smaller one waits
+    assert started == ["gelu", "softmax", "layernorm"], started

@@ -73,6 +73,22 @@ class _Admission:
             return max(need or 0, measured_need(peak, compile_timed)), max(floor or 0, peak)
         return need, floor
 
+    def _starts_now(self, job: EvalJob, kind: str, gpu: str | None) -> bool:
+        """Whether ``job`` would run at once on a slot of ``gpu`` (``_slots.JobQueue``): no probe of its problem
+        is running, and its need fits the free memory. From what is known already (a slot asks under the
+        queue's lock): a problem not estimated yet counts as ready, as every job did before."""
+        budget = self._budgets.get(gpu if kind == "cuda" else "cpu")
+        if budget is None:
+            return True
+        key = (job.problem.id, bool(job.small))
+        with self._lock:
+            if key not in self._estimates:
+                return True
+            if key in self._probes:
+                return False
+        need, _ = self._need(job.problem, bool(job.small), bool(job.retime), budget.budget)
+        return budget.fits_now(need)
+
     def _note_peak(self, key: tuple[str, bool], peak: int) -> None:
         """A job measured ``key``'s reference peak: later jobs are admitted with the need it gives, and the
         jobs that waited for the probe go now, not when the probe's job ends."""

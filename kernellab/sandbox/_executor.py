@@ -51,6 +51,7 @@ from ._protocol import MAX_JOBS_PER_WORKER, Phase
 from ._result import infra_result
 from ._slots import (
     _SENTINEL,
+    JobQueue,
     _Slots,
     _visible_gpus,
     _Worker,
@@ -101,7 +102,7 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
         if gpu_bytes is not None and gpu_bytes <= 0:
             raise SandboxError(f"gpu_bytes must be a positive number of bytes, got {gpu_bytes!r}")
         self.gpu_bytes = gpu_bytes
-        self._queues: dict[str, queue.Queue] = {"cuda": queue.Queue(), "cpu": queue.Queue()}
+        self._queues: dict[str, JobQueue] = {"cuda": JobQueue(), "cpu": JobQueue()}
         self._threads: dict[str, list[threading.Thread]] = {"cuda": [], "cpu": []}
         # per GPU: timing/profiling as writers, correctness work as readers (see _gpu.RWLock)
         self._gpu_locks = {g: RWLock() for g in self._gpus}
@@ -175,6 +176,7 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
                 return
             self._closed = True
         for kind, threads in self._threads.items():
+            self._queues[kind].close()
             for _ in threads:
                 self._queues[kind].put(_SENTINEL)
         if wait:
@@ -272,6 +274,26 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
         how many jobs wait for a slot (``queued``): what a bench's sampler files the GPU's utilization under."""
         return {"held": [self._gpu_locks[g].held() for g in self._gpus], "doing": self.board.counts(),
                 "queued": self._queues["cuda" if self._gpus else "cpu"].qsize()}
+
+    def memory_share(self, problem: Problem, small: bool | None = None, device: str | None = None,
+                     timeout: float = 120.0) -> float | None:
+        """The share of its device's memory budget one job of ``problem`` asks for now (what admission would
+        grant it: from the meta device's estimate until a job has measured the reference's peak); None when
+        unknown: a pool without a budget (the CPU's, unless ``gpu_bytes``) or no estimate. A GPU's budget is
+        known once its first worker has reported the card's size: that is waited for, ``timeout`` s at most.
+        A bench reads it to run a few of the largest problems at once among smaller ones."""
+        kind = self._pool_of(device)
+        place = (self._gpus[0] if self._gpus else None) if kind == "cuda" else "cpu"
+        if kind == "cuda" and place is not None:
+            self._ensure_slots(kind)
+            deadline = time.monotonic() + timeout
+            while place not in self._budgets and not self._closed and time.monotonic() < deadline:
+                time.sleep(0.1)
+        budget = self._budgets.get(place) if place is not None else None
+        if budget is None:
+            return None
+        need, _ = self._need(problem, bool(small_for(kind, small)), False, budget.budget)
+        return None if need is None else need / budget.budget
 
     def slots(self, device: str) -> int:
         return self.cpu_workers if self._pool_of(device) == "cpu" else self.workers_per_gpu

@@ -231,6 +231,14 @@ class MemoryBudget:
         ahead = self._queue[:self._queue.index(ticket)]
         return all(t.passed < self.max_bypass for t in ahead)
 
+    def fits_now(self, need: int | None) -> bool:
+        """Whether a job of ``need`` bytes would be admitted at once: its grant is free and no waiting job has
+        been passed as often as it may be (what a free slot asks before it takes a job: ``_slots.JobQueue``)."""
+        grant, _ = self.grant_for(need)
+        with self._cond:
+            return (self.used + grant <= self.budget
+                    and all(t.passed < self.max_bypass for t in self._queue))
+
     def admit(self, need: int | None, alone: bool = False, floor: int | None = None) -> tuple[int, bool]:
         """Wait until the job fits; returns (bytes granted, alone). Raises :class:`TooBig` when its
         ``floor`` (the least it can run with) exceeds the budget."""

@@ -26,7 +26,7 @@ from kernellab.sandbox._gpu import (
     retry_admission,
     unmeasured_need,
 )
-from kernellab.sandbox._slots import BREAKER_FAILURES
+from kernellab.sandbox._slots import _SENTINEL, BREAKER_FAILURES, JobQueue
 
 ROOT = Path(__file__).resolve().parents[2]
 ADV = Path(__file__).resolve().parent / "adversarial"
@@ -143,6 +143,66 @@ def test_budget_backfills_around_a_waiting_large_job_a_bounded_number_of_times()
         t.join(5)
     assert order == ["s1", "s2", "big", "s3"], order
     assert b.used == 0 and b.waiting == 0
+
+
+def test_a_free_slot_takes_the_first_ready_job_and_passes_a_job_a_bounded_number_of_times():
+    q = JobQueue(max_pass=2, poll=0.01)
+    fits = {"small1", "small2", "small3"}
+    for name in ("big", "small1", "small2", "small3"):
+        q.put(name)
+    ready = fits.__contains__
+    assert q.get(ready) == "small1" and q.get(ready) == "small2"  # "big" waits for memory; they go past it
+    assert q.get(ready) == "big"  # passed twice (max_pass): taken now, ready or not
+    assert q.get(ready) == "small3" and q.qsize() == 0
+    # nothing ready: the slot waits with the job still queued, and takes it once it is ready
+    q.put("big")
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(q.get(lambda item: item in fits)))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive() and not got and q.qsize() == 1
+    fits.add("big")  # its memory was released
+    t.join(5)
+    assert got == ["big"]
+    # the stop marker is never passed over; a closed queue hands jobs out in order, then the marker
+    q.put("big2")
+    q.put(_SENTINEL)
+    assert q.get(lambda item: True) == "big2" and q.get(lambda item: False) is _SENTINEL
+    q.put("late")
+    q.close()
+    assert q.get(lambda item: False) == "late" and q.get(lambda item: False) is _SENTINEL
+
+
+def test_a_small_job_runs_beside_a_large_one_while_another_large_one_waits_for_memory():
+    # two slots, room for one large job: the second large job waits in the queue, not in a slot, so the small
+    # job queued after it runs at once (a slot that took the large job first would have held its worker idle
+    # until the first large job ended, and the small job with it)
+    sleepy = "__import__('time').sleep({s}); return torch.relu(x * 2.0) + 1.0"
+    big1, big2 = _tiny("tiny_big1", sleepy.format(s=3.0)), _tiny("tiny_big2", sleepy.format(s=3.01))
+    small = _tiny("tiny_small")
+    ex = LocalExecutor(cpu_workers=2, gpu_bytes=10 * GIB_)
+    for p, est in ((big1, 6 * GIB_), (big2, 6 * GIB_), (small, GIB_ // 4)):
+        ex._estimates[(p.id, True)] = (est, est // 4)  # each one's job need, as the meta device would give it
+    try:
+        assert ex.start("cpu") == 2
+        done: dict[str, float] = {}
+
+        def submit(p: Problem) -> object:
+            fut = ex.submit(EvalJob(p, RELU, small=True, trials=1, timing=False))
+            fut.add_done_callback(lambda f, name=p.name: done.setdefault(name, time.monotonic()))
+            return fut
+
+        f1 = submit(big1)
+        until = time.monotonic() + 60
+        while ex._budgets["cpu"].used == 0 and time.monotonic() < until:  # big1 holds its grant
+            time.sleep(0.05)
+        f2, f3 = submit(big2), submit(small)
+        rs = [f.result(timeout=300) for f in (f1, f2, f3)]
+        assert [r["status"] for r in rs] == ["correct"] * 3, [r["error_text"] for r in rs]
+        assert done["tiny_small"] < done["tiny_big1"] < done["tiny_big2"], done
+        assert rs[2]["details"]["memory"]["admission_wait_s"] < 1.0
+    finally:
+        ex.shutdown()
 
 
 def test_budget_runs_an_unknown_need_alone():
