@@ -368,9 +368,8 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
             resume = _start(store, suite, prob, paths[i], config_kw, chash, stamp, tag)
             with lock:
                 ids.add(resume)
-        if progress is not None:
-            progress.update(problem=prob.name)
-        _run_one(store, resume, progress, guarded)
+        # each campaign its own lines (the campaign names its problem as it starts)
+        _run_one(store, resume, progress.fork() if progress is not None else None, guarded)
         with lock:  # before the page is written: its pace counts this problem
             counter["done"] += 1
             n_done = counter["done"]

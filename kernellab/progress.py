@@ -70,6 +70,19 @@ class Progress:
         self.stats = Stats()
         self._lock = threading.Lock()
         self._live: Live | None = None
+        self._print_lock = threading.Lock()
+        self._clock = lambda: self.stats.elapsed
+
+    def fork(self) -> Progress:
+        """A progress of its own for one of several campaigns running at once (a bench's): its plain lines
+        name its own problem and count its own evaluations (with one shared ``Stats``, every campaign's lines
+        were put under the problem last started), printed whole through this one's console and stamped with
+        this one's clock. On a TTY the campaigns share this panel; silent, the fork is this one."""
+        if not (self.enabled and self.plain):
+            return self
+        child = Progress(enabled=True, console=self.console, plain=True)
+        child._print_lock, child._clock = self._print_lock, self._clock
+        return child
 
     def __enter__(self) -> Progress:
         if self.enabled and not self.plain:
@@ -152,7 +165,12 @@ class Progress:
         self._refresh()
 
     def _line(self, text: str) -> None:
-        print(f"kernellab [{self.stats.elapsed:6.0f} s] {text}", file=self.console.file, flush=True)
+        # one write per line: print() writes the text and its newline apart, and lines of campaigns running at
+        # once ran together in a bench's log
+        with self._print_lock:
+            f = self.console.file
+            f.write(f"kernellab [{self._clock():6.0f} s] {text}\n")
+            f.flush()
 
     def _refresh(self) -> None:
         if self._live is not None:

@@ -424,3 +424,36 @@ def test_bench_asks_the_executor_which_problems_are_large(tmp_path: Path) -> Non
     # gelu and layernorm are large (a job asks for 3/4 of the budget), softmax small: with two campaigns at
     # once, at most one large one (jobs // 4, at least 1) runs while a smaller one waits
     assert started == ["gelu", "softmax", "layernorm"], started
+
+
+def test_campaigns_running_at_once_each_log_under_their_own_problem() -> None:
+    import io
+    import re
+    import threading
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    bench = Progress(enabled=True, plain=True, console=Console(file=buf))
+    a, b = bench.fork(), bench.fork()
+    a.update(problem="19_ReLU", problems_total=1)
+    b.update(problem="21_Sigmoid", problems_total=1)
+    a.update(last="tuning 54ba520fa7")
+    b.update(last="1 evaluation(s) in 204 s")
+    lines = buf.getvalue().splitlines()
+    assert [ln.split("] ", 1)[1] for ln in lines[:2]] == ["problem 19_ReLU (1/1)", "problem 21_Sigmoid (1/1)"]
+    assert lines[2].split("] ", 1)[1].startswith("19_ReLU: tuning 54ba520fa7; 0 evaluated")
+    assert lines[3].split("] ", 1)[1].startswith("21_Sigmoid: 1 evaluation(s) in 204 s")
+    # lines written from many threads at once come out whole, one a line
+    buf.seek(0)
+    buf.truncate()
+    forks = [bench.fork() for _ in range(8)]
+    threads = [threading.Thread(target=lambda f=f, k=k: [f.note(f"note {k} {n}") for n in range(200)])
+               for k, f in enumerate(forks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 1600 and all(re.fullmatch(r"kernellab \[\s*\d+ s\] note \d \d+", ln) for ln in lines)
+    assert Progress(enabled=False).fork() is not None
