@@ -32,7 +32,8 @@ from kernellab.cli._common import (
 @click.option("--name", default=None, help="Name in the result files (default: the suite's).")
 @click.option("--allow-library", is_flag=True, help="Count library-only and low-share candidates as wins.")
 @click.option("--out-dir", type=click.Path(), default=None, help="Where the result files go (default experiments/results).")
-@click.option("--jobs", default=1, show_default=True, help="Campaigns run at once (one timing per GPU at a time still).")
+@click.option("--jobs", default=1, show_default=True, help="Campaigns run at once (one timing per GPU at a time still); at most a quarter of them "
+              "(at least one) on problems whose jobs each ask for more than a quarter of the GPU's memory.")
 @click.option("--shard", default=None, metavar="I/N",
               help="Run only the problems whose rank in the suite sorted by path is I mod N (0 <= I < N).")
 @click.option("--summary-only", is_flag=True,
