@@ -369,7 +369,7 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
             with lock:
                 ids.add(resume)
         # each campaign its own lines (the campaign names its problem as it starts)
-        _run_one(store, resume, progress.fork() if progress is not None else None, guarded)
+        _run_one(store, resume, progress.fork(prob.name) if progress is not None else None, guarded)
         with lock:  # before the page is written: its pace counts this problem
             counter["done"] += 1
             n_done = counter["done"]

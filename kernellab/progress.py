@@ -73,14 +73,17 @@ class Progress:
         self._print_lock = threading.Lock()
         self._clock = lambda: self.stats.elapsed
 
-    def fork(self) -> Progress:
+    def fork(self, problem: str = "") -> Progress:
         """A progress of its own for one of several campaigns running at once (a bench's): its plain lines
         name its own problem and count its own evaluations (with one shared ``Stats``, every campaign's lines
         were put under the problem last started), printed whole through this one's console and stamped with
-        this one's clock. On a TTY the campaigns share this panel; silent, the fork is this one."""
+        this one's clock; ``problem`` names the campaign's lines until it says which problem it is on (a
+        resumed campaign that only re-times says nothing of it). On a TTY the campaigns share this panel;
+        silent, the fork is this one."""
         if not (self.enabled and self.plain):
             return self
         child = Progress(enabled=True, console=self.console, plain=True)
+        child.stats.problem = problem
         child._print_lock, child._clock = self._print_lock, self._clock
         return child
 

@@ -444,6 +444,9 @@ def test_campaigns_running_at_once_each_log_under_their_own_problem() -> None:
     assert [ln.split("] ", 1)[1] for ln in lines[:2]] == ["problem 19_ReLU (1/1)", "problem 21_Sigmoid (1/1)"]
     assert lines[2].split("] ", 1)[1].startswith("19_ReLU: tuning 54ba520fa7; 0 evaluated")
     assert lines[3].split("] ", 1)[1].startswith("21_Sigmoid: 1 evaluation(s) in 204 s")
+    # a resumed campaign that only re-times never names its problem: the bench names it for it
+    bench.fork("1_Square").update(last="re-timing the winners in fresh jobs")
+    assert buf.getvalue().splitlines()[4].split("] ", 1)[1].startswith("1_Square: re-timing the winners")
     # lines written from many threads at once come out whole, one a line
     buf.seek(0)
     buf.truncate()

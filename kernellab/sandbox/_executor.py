@@ -57,6 +57,7 @@ from ._slots import (
     _Worker,
     host_workers_per_gpu,
     kill_all,
+    nvml_budget,
     reference_cache_bytes,
 )
 
@@ -114,6 +115,7 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
             for g in self._gpus:
                 self._budgets[g] = MemoryBudget(gpu_bytes)
         self._estimates: dict[tuple[str, bool], tuple[int, int] | None] = {}
+        self._nvml_budgets: dict[str, int | None] = {}  # memory_share's budget before a worker reports it
         self._ref_peaks: dict[tuple[str, bool], int] = {}
         # per unmeasured problem: the event its probe (the one job that measures the reference's peak) sets
         self._probes: dict[tuple[str, bool], threading.Event] = {}
@@ -284,16 +286,23 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
         A bench reads it to run a few of the largest problems at once among smaller ones."""
         kind = self._pool_of(device)
         place = (self._gpus[0] if self._gpus else None) if kind == "cuda" else "cpu"
-        if kind == "cuda" and place is not None:
-            self._ensure_slots(kind)
-            deadline = time.monotonic() + timeout
-            while place not in self._budgets and not self._closed and time.monotonic() < deadline:
-                time.sleep(0.1)
         budget = self._budgets.get(place) if place is not None else None
-        if budget is None:
+        size = budget.budget if budget is not None else None
+        if size is None and kind == "cuda" and place is not None:
+            # NVML tells at once; a worker's report came 13 s into a bench on the H200, its start held that long
+            if place not in self._nvml_budgets:
+                self._nvml_budgets[place] = nvml_budget(place, self.workers_per_gpu)
+            size = self._nvml_budgets[place]
+            if size is None:
+                self._ensure_slots(kind)
+                deadline = time.monotonic() + timeout
+                while place not in self._budgets and not self._closed and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                size = self._budgets[place].budget if place in self._budgets else None
+        if size is None:
             return None
-        need, _ = self._need(problem, bool(small_for(kind, small)), False, budget.budget)
-        return None if need is None else need / budget.budget
+        need, _ = self._need(problem, bool(small_for(kind, small)), False, size)
+        return None if need is None else need / size
 
     def slots(self, device: str) -> int:
         return self.cpu_workers if self._pool_of(device) == "cpu" else self.workers_per_gpu

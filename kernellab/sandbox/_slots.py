@@ -49,6 +49,23 @@ def _visible_gpus() -> list[str]:
     return ids[:n]
 
 
+def nvml_budget(gpu: str, workers: int) -> int | None:
+    """A GPU's memory budget as the first worker will report it (its size less ``GPU_MARGIN`` and the workers'
+    contexts), read from NVML without a CUDA context in this process; None where NVML cannot tell."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(int(gpu)) if gpu.isdigit() else pynvml.nvmlDeviceGetHandleByUUID(gpu)
+            total = int(pynvml.nvmlDeviceGetMemoryInfo(h).total)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no package, no driver: the caller waits for a worker's report
+        return None
+    return max(GIB, total - (GPU_MARGIN + workers * CONTEXT_BYTES))
+
+
 class _Worker:
     """Parent-side handle of one worker process."""
 
