@@ -360,16 +360,19 @@ def memory_by_problem(con: sqlite3.Connection) -> list[dict]:
                 continue
             m = d.get("memory") or {}
             r = rows.setdefault(name, {"problem": name, "evaluations": 0, "admission_wait_s": 0.0, "need_gb": 0.0,
-                                       "peak_gb": 0.0, "oom_retries": 0})
+                                       "peak_gb": 0.0, "reserved_gb": 0.0, "oom_retries": 0})
             r["evaluations"] += 1
             r["admission_wait_s"] += float(m.get("admission_wait_s") or 0.0)
             r["need_gb"] = max(r["need_gb"], float(m.get("need_bytes") or 0) / 1e9)
             r["peak_gb"] = max(r["peak_gb"], float(m.get("peak_bytes") or 0) / 1e9)
+            # what the grant's cap counts: above the peak by the allocator's fragmentation (since session 18)
+            r["reserved_gb"] = max(r["reserved_gb"], float(m.get("peak_reserved_bytes") or 0) / 1e9,
+                                   *(float(e.get("peak_reserved_bytes") or 0) / 1e9 for e in d.get("retries") or []))
             r["oom_retries"] += sum(1 for e in d.get("retries") or [] if "oom" in str(e.get("error_class") or ""))
     except sqlite3.Error:  # an older schema: no such table as this tree reads
         return []
     out = [{**r, "admission_wait_s": round(r["admission_wait_s"], 1), "need_gb": round(r["need_gb"], 1),
-            "peak_gb": round(r["peak_gb"], 1)} for r in rows.values()]
+            "peak_gb": round(r["peak_gb"], 1), "reserved_gb": round(r["reserved_gb"], 1)} for r in rows.values()]
     return sorted(out, key=lambda r: (-r["admission_wait_s"], r["problem"]))
 
 
@@ -467,10 +470,11 @@ def markdown(res: dict) -> str:
     if waited:
         lines += ["", "## Memory admission by problem (the longest waits)", "",
                   "| side | problem | evaluations | admission wait s | largest need GB | largest job peak GB | "
-                  "out-of-memory retries |", "|---|---|---|---|---|---|---|"]
+                  "largest reserved GB | out-of-memory retries |", "|---|---|---|---|---|---|---|---|"]
         for label, r in sorted(waited, key=lambda lr: -lr[1]["admission_wait_s"])[:MEMORY_ROWS]:
             lines.append(f"| {label} | {r['problem']} | {r['evaluations']} | {r['admission_wait_s']:.1f} | "
-                         f"{r['need_gb']:.1f} | {r['peak_gb']:.1f} | {r['oom_retries']} |")
+                         f"{r['need_gb']:.1f} | {r['peak_gb']:.1f} | {_f(r.get('reserved_gb') or None)} | "
+                         f"{r['oom_retries']} |")
     lines += ["", "## Verdicts per problem", ""]
     if c["agree"]:
         lines += [f"Both sides finished {c['agree']['judged']} problems; their correctness agrees on {c['agree']['agree']}.", ""]

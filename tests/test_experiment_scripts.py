@@ -124,11 +124,13 @@ def test_bench_throughput_pages_memory_admission_by_problem(tmp_path: Path) -> N
             for i, wait in enumerate(waits):
                 details = {"memory": {"admission_wait_s": wait, "need_bytes": int(need * gb), "peak_bytes": int(peak * gb)}}
                 if retried and i == 0:
-                    details["retries"] = [{"error_class": "oom", "grant_bytes": int(need / 2 * gb)}]
+                    # the attempt that ran out: its segments (reserved) over its grant, its allocated peak under
+                    details["retries"] = [{"error_class": "oom", "grant_bytes": int(need / 2 * gb),
+                                           "peak_reserved_bytes": int(33.0 * gb)}]
                 store.add_evaluation(cand, {"status": "correct", "config": {"i": i}, "details": details}, kind="trial")
     rows = {r["problem"]: r for r in bt.read_db(db)["memory"]}
     assert rows["conv"] == {"problem": "conv", "evaluations": 2, "admission_wait_s": 42.5, "need_gb": 65.4,
-                            "peak_gb": 26.2, "oom_retries": 1}
+                            "peak_gb": 26.2, "reserved_gb": 33.0, "oom_retries": 1}
     assert rows["gemm"]["admission_wait_s"] == 0.0 and rows["gemm"]["oom_retries"] == 0
     side = {"commit": "x", "problems_finished": 0, "problems": 2, "wall_s": 1.0, "problems_per_hour": 0.0,
             "evaluations": 3, "evaluations_per_gpu_hour": None, "gpu_busy_share": None, "gpu_util_mean": None,
@@ -137,4 +139,4 @@ def test_bench_throughput_pages_memory_admission_by_problem(tmp_path: Path) -> N
            "max_ref_gb": 16.0, "problems": [], "budget": 4, "jobs": 8, "side_limit_s": 320.0, "small": False,
            "interpreted": False, "sides": {"new": side}, "comparison": bt.compare({"new": side})}
     md = bt.markdown(res)
-    assert "| new | conv | 2 | 42.5 | 65.4 | 26.2 | 1 |" in md and "| new | gemm |" not in md  # no wait, no row
+    assert "| new | conv | 2 | 42.5 | 65.4 | 26.2 | 33.0 | 1 |" in md and "| new | gemm |" not in md  # no wait, no row

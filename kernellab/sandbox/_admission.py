@@ -198,7 +198,8 @@ class _Admission:
                 first = earlier[0]
                 result["details"]["retried_after"] = {k: first.get(k) for k in ("error_class", "error_text")}
                 result["details"]["retries"] = [{k: e.get(k) for k in ("error_class", "grant_bytes", "alone", "peak_bytes",
-                                                                       "gpu_s", "phase_s")} for e in earlier]
+                                                                       "peak_reserved_bytes", "gpu_s", "phase_s")}
+                                                for e in earlier]
                 result["details"]["gpu_s"] = result["details"].get("gpu_s", 0.0) + sum(e["gpu_s"] or 0.0 for e in earlier)
             cls = result.get("error_class") or ""
             plan = retry_admission(cls, is_infra(result), kind, got_alone, grant,
@@ -213,7 +214,8 @@ class _Admission:
             d = result["details"]
             mem = d.get("memory") or {}
             earlier.append({"error_class": cls, "error_text": result.get("error_text"), "grant_bytes": grant,
-                            "alone": got_alone, "peak_bytes": mem.get("peak_bytes"), "gpu_s": d.get("gpu_s", 0.0),
+                            "alone": got_alone, "peak_bytes": mem.get("peak_bytes"),
+                            "peak_reserved_bytes": mem.get("peak_reserved_bytes"), "gpu_s": d.get("gpu_s", 0.0),
                             "phase_s": d.get("phase_s")})
             if worker is None:
                 if self._closed or self._breaker_open(kind, gpu):

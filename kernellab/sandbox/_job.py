@@ -154,6 +154,9 @@ def run_job(w: Any, job: JobSpec) -> tuple[dict, bool]:
         if w.device_kind == "cuda":
             try:
                 mem["peak_bytes"] = torch.cuda.max_memory_allocated(w.device)
+                # what the grant's cap counts (set_per_process_memory_fraction caps the allocator's segments):
+                # above peak_bytes by the fragmentation, which may be why a job runs out under its grant
+                mem["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(w.device)
             except BaseException:
                 restart = True
         if "watch" in state:

@@ -31,12 +31,14 @@ Every evaluation, whatever happened, ends as one dict with exactly :data:`RESULT
   (``shutdown``). Status ``crash`` (the status list is fixed), but never the candidate's verdict:
   see :func:`is_infra`. The executor retries such a job (``_gpu.retry_admission``) before answering:
   ``retried_after`` (the first failure's ``error_class``/``error_text``) and ``retries`` (each earlier
-  attempt's ``error_class``, ``grant_bytes``, ``alone``, ``peak_bytes``, ``gpu_s``, ``phase_s``).
+  attempt's ``error_class``, ``grant_bytes``, ``alone``, ``peak_bytes``, ``peak_reserved_bytes``, ``gpu_s``,
+  ``phase_s``).
 - ``memory`` (dict, when the job was admitted to a device budget): ``need_bytes`` (the estimate it
   was admitted with, None when unknown), ``grant_bytes``, ``budget_bytes``, ``admission_wait_s``,
   ``alone`` (ran with no other job on the device), ``alone_reason`` (``no estimate``, ``need > the
   budget``, ``retry after <error_class>``; None when shared), ``reference_peak_bytes`` (CUDA: the reference's measured peak), ``peak_bytes`` (CUDA: the
-  job's peak ``max_memory_allocated``), ``regrant_bytes`` (CUDA: the grant the job kept once its reference
+  job's peak ``max_memory_allocated``), ``peak_reserved_bytes`` (CUDA: its ``max_memory_reserved``, what the
+  grant's cap counts), ``regrant_bytes`` (CUDA: the grant the job kept once its reference
   peak was measured, when that was less), ``probe`` (the job measured an unmeasured problem's peak while
   the problem's other jobs waited) and ``probe_wait_s`` (how long this job waited for such a probe).
 - ``early_stopped`` (bool, when timing ran): True when ``EvalJob.stop_above_ms`` stopped the timing
