@@ -47,6 +47,13 @@ echo "kb_public: bench rc $? at $(date -u +%H:%M:%S)"  # 124/130: stopped at KB_
 tail -n 30 "$OUT/kb-bench.log"
 $PY -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" "$db" "$OUT/kb-public.db" \
   && gzip -f "$OUT/kb-public.db"
+# memory admission by problem over the whole database (longest waits first): need, allocated and reserved peaks
+$PY -c "
+import json, sqlite3, sys
+sys.path.insert(0, 'experiments')
+import bench_throughput as bt
+for r in bt.memory_by_problem(sqlite3.connect(sys.argv[1]))[:15]:
+    print(json.dumps(r))" "$db" > "$OUT/memory-by-problem.jsonl" 2>&1 || true
 if [ -n "${KB_CROSSCHECK:-}" ]; then
   keep=(); [ -n "${KB_KEEP:-}" ] && keep=(--keep "$KB_KEEP")
   timeout -s INT "$KB_CROSSCHECK" $PY experiments/kb_crosscheck.py --db "$db" --kernelbench "$PWD/.kb" --out-dir "$OUT" \
