@@ -72,6 +72,7 @@ class Progress:
         self._live: Live | None = None
         self._print_lock = threading.Lock()
         self._clock = lambda: self.stats.elapsed
+        self._forked = False
 
     def fork(self, problem: str = "") -> Progress:
         """A progress of its own for one of several campaigns running at once (a bench's): its plain lines
@@ -83,7 +84,7 @@ class Progress:
         if not (self.enabled and self.plain):
             return self
         child = Progress(enabled=True, console=self.console, plain=True)
-        child.stats.problem = problem
+        child.stats.problem, child._forked = problem, True
         child._print_lock, child._clock = self._print_lock, self._clock
         return child
 
@@ -136,7 +137,9 @@ class Progress:
             if "problem" in kw and kw["problem"] != before[0]:
                 self._line(f"problem {s.problem} ({s.problems_done + 1}/{s.problems_total})")
             if "problems_done" in kw and kw["problems_done"] != before[1]:
-                self._line(f"{s.problems_done}/{s.problems_total} problems done")
+                # a bench's campaigns (forks) have one problem each: the line says which campaign finished
+                who = f"{s.problem}: " if self._forked and s.problem else ""
+                self._line(f"{who}{s.problems_done}/{s.problems_total} problems done")
             if kw.get("last"):
                 fails = ", ".join(f"{k} {v}" for k, v in s.failures.most_common())
                 self._line(f"{s.problem}: {s.last}; {s.evaluated} evaluated"

@@ -447,6 +447,8 @@ def test_campaigns_running_at_once_each_log_under_their_own_problem() -> None:
     # a resumed campaign that only re-times never names its problem: the bench names it for it
     bench.fork("1_Square").update(last="re-timing the winners in fresh jobs")
     assert buf.getvalue().splitlines()[4].split("] ", 1)[1].startswith("1_Square: re-timing the winners")
+    a.update(problems_done=1)
+    assert buf.getvalue().splitlines()[5].split("] ", 1)[1] == "19_ReLU: 1/1 problems done"
     # lines written from many threads at once come out whole, one a line
     buf.seek(0)
     buf.truncate()
