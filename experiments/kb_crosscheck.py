@@ -31,6 +31,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -166,7 +167,8 @@ def to_markdown(result: dict) -> str:
              f"Speedups (both correct, both timed: {c['speedup_compared']}): on the same side of 1.0x "
              f"{c['speedup_same_side_of_1x']}, within 10% {c['speedup_within_10pct']}. kernellab's speedup is "
              "eager median / candidate median (interleaved, L2 flushed); KernelBench's is its reference mean / "
-             "candidate mean over its timing trials, the reference timed after the candidate.", "",
+             "candidate mean over its timing trials, the reference timed after the candidate.",
+             _cost_line(result["problems"]), "",
              "| problem | kernellab | KernelBench | kernellab vs eager | KernelBench vs reference | agreement | note |",
              "|---|---|---|---|---|---|---|"]
     for r in result["problems"]:
@@ -190,6 +192,16 @@ def to_markdown(result: dict) -> str:
         lines.append(f"| {r['problem']} | {kl['status']} | {kb_verdict} | {_x(kl.get('speedup_eager'))} | "
                      f"{_x(kb.get('speedup'))} | {r.get('agreement', '-')} | {'; '.join(notes)} |")
     return "\n".join(lines) + "\n"
+
+
+def _cost_line(rows: list[dict]) -> str:
+    """How many KernelBench runs this cross-check made and their wall time (a verdict kept from an earlier
+    cross-check cost nothing here): what judging the rest of a suite will cost in device time."""
+    ran = [kb["seconds"] for r in rows if (kb := r.get("kernelbench") or {}).get("seconds") is not None
+           and "kept_from" not in kb]
+    kept = sum(1 for r in rows if "kept_from" in (r.get("kernelbench") or {}))
+    return (f"KernelBench ran {len(ran)} times here, {sum(ran):.0f} s in all"
+            + (f" (mean {sum(ran) / len(ran):.1f} s)" if ran else "") + f"; {kept} verdicts kept from earlier.")
 
 
 # -- running KernelBench (a child process per problem) --------------------------------------------------------
@@ -241,6 +253,14 @@ def _child(job_path: str) -> None:
 
 
 def run_kernelbench(row: dict, kb: Path, trials: int, perf_trials: int, timing_method: str, timeout_s: float) -> dict:
+    """KernelBench's verdict on ``row``'s source, from a child process, with ``seconds``: the run's wall time
+    (what the cross-check of a whole suite costs in device time, run by run)."""
+    t0 = time.monotonic()
+    out = _run_kernelbench(row, kb, trials, perf_trials, timing_method, timeout_s)
+    return {**out, "seconds": round(time.monotonic() - t0, 1)}
+
+
+def _run_kernelbench(row: dict, kb: Path, trials: int, perf_trials: int, timing_method: str, timeout_s: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="kb-crosscheck-") as tmp:
         job = {"kernelbench": str(kb), "reference": row["reference"], "source": row["source"],
                "precision": PRECISIONS.get(row["dtype"], "fp32"), "trials": trials, "perf_trials": perf_trials,
@@ -354,8 +374,9 @@ def _main(args: argparse.Namespace) -> int:
             r.setdefault("kernelbench", {"correctness": None, "error": "not run: interrupted"})
             continue
         kbv = r["kernelbench"] or {}
+        took = f" ({kbv['seconds']:.0f} s)" if kbv.get("seconds") is not None and "kept_from" not in kbv else ""
         print(f"kb_crosscheck: {k}/{len(rows)} {r['problem']}: kernellab {r['kernellab']['status']}, "
-              f"KernelBench {kbv.get('correctness', '-')}", file=sys.stderr)
+              f"KernelBench {kbv.get('correctness', '-')}{took}", file=sys.stderr)
     counts = compare(rows)
     stamp = dt.datetime.now(dt.timezone.utc)
     device = env.device_name("cuda")

@@ -143,9 +143,10 @@ def test_a_kernelbench_copy_inside_another_repository_names_its_readme_commit(tm
 
 
 def test_compare_counts_every_kind_of_agreement() -> None:
-    rows = [_row("a", True, {"compiled": True, "correctness": True, "speedup": 2.1}, 2.0),  # agree, within 10%
-            _row("b", True, {"compiled": True, "correctness": True, "speedup": 0.9}, 1.3),  # agree, other side of 1x
-            _row("c", True, {"compiled": True, "correctness": False, "error": "max_difference: 0.3"}, 1.5),
+    rows = [_row("a", True, {"compiled": True, "correctness": True, "speedup": 2.1, "seconds": 12.5}, 2.0),  # within 10%
+            _row("b", True, {"compiled": True, "correctness": True, "speedup": 0.9, "seconds": 30.0,
+                             "kept_from": "old.json"}, 1.3),  # agree, other side of 1x; judged by an earlier call
+            _row("c", True, {"compiled": True, "correctness": False, "error": "max_difference: 0.3", "seconds": 7.5}, 1.5),
             _row("d", False, {"compiled": True, "correctness": True}),
             _row("e", False, None, source=None),  # nothing to export
             _row("f", True, {"compiled": None, "correctness": None, "error": "timed out"}, 1.2)]
@@ -160,6 +161,7 @@ def test_compare_counts_every_kind_of_agreement() -> None:
                           "environment": {"date": "d", "device": "H200", "versions": {"commit": "abc"},
                                           "kernelbench": "/kb", "kernelbench_commit": "423217d"}})
     assert "Verdicts agree on 2 of 4 winners" in md and "423217d" in md and "commit abc" in md
+    assert "KernelBench ran 2 times here, 20 s in all (mean 10.0 s); 1 verdicts kept from earlier." in md
     assert "| c | correct | incorrect | 1.50x | - | kernellab only correct | max_difference: 0.3 |" in md
 
 
