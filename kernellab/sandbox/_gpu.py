@@ -225,19 +225,20 @@ class MemoryBudget:
             return "need > the budget"
         return None
 
+    def _goes(self, grant: int, ahead: list[_Ticket]) -> bool:
+        """Whether a job granted ``grant`` is admitted now, with ``ahead`` waiting before it: its grant is free
+        and none of them has been passed as often as it may be."""
+        return self.used + grant <= self.budget and all(t.passed < self.max_bypass for t in ahead)
+
     def _may_go(self, ticket: _Ticket) -> bool:
-        if self.used + ticket.grant > self.budget:
-            return False
-        ahead = self._queue[:self._queue.index(ticket)]
-        return all(t.passed < self.max_bypass for t in ahead)
+        return self._goes(ticket.grant, self._queue[:self._queue.index(ticket)])
 
     def fits_now(self, need: int | None) -> bool:
-        """Whether a job of ``need`` bytes would be admitted at once: its grant is free and no waiting job has
-        been passed as often as it may be (what a free slot asks before it takes a job: ``_slots.JobQueue``)."""
+        """Whether a job of ``need`` bytes would be admitted at once, behind every job waiting now (what a free
+        slot asks before it takes a job: ``_slots.JobQueue``)."""
         grant, _ = self.grant_for(need)
         with self._cond:
-            return (self.used + grant <= self.budget
-                    and all(t.passed < self.max_bypass for t in self._queue))
+            return self._goes(grant, self._queue)
 
     def admit(self, need: int | None, alone: bool = False, floor: int | None = None) -> tuple[int, bool]:
         """Wait until the job fits; returns (bytes granted, alone). Raises :class:`TooBig` when its

@@ -50,8 +50,8 @@ def _visible_gpus() -> list[str]:
 
 
 def nvml_budget(gpu: str, workers: int) -> int | None:
-    """A GPU's memory budget as the first worker will report it (its size less ``GPU_MARGIN`` and the workers'
-    contexts), read from NVML without a CUDA context in this process; None where NVML cannot tell."""
+    """A GPU's memory budget (:func:`gpu_budget`) as the first worker will report it, from the card's size read
+    through NVML without a CUDA context in this process; None where NVML cannot tell."""
     try:
         import pynvml
 
@@ -63,7 +63,13 @@ def nvml_budget(gpu: str, workers: int) -> int | None:
             pynvml.nvmlShutdown()
     except Exception:  # no package, no driver: the caller waits for a worker's report
         return None
-    return max(GIB, total - (GPU_MARGIN + workers * CONTEXT_BYTES))
+    return gpu_budget(total, workers)
+
+
+def gpu_budget(total: int, workers: int) -> int:
+    """A GPU's memory budget from its size: CUDA contexts (one per worker) and fragmentation live outside the
+    allocator's count."""
+    return max(GIB, int(total) - (GPU_MARGIN + workers * CONTEXT_BYTES))
 
 
 class _Worker:
@@ -343,7 +349,5 @@ class _Slots:
             self._workers.add(w)
             total = w.info.get("gpu_total_bytes")
             if kind == "cuda" and gpu not in self._budgets and total:
-                # CUDA contexts and fragmentation live outside the allocator's count
-                margin = GPU_MARGIN + self.workers_per_gpu * CONTEXT_BYTES
-                self._budgets[gpu] = MemoryBudget(max(GIB, int(total) - margin))
+                self._budgets[gpu] = MemoryBudget(gpu_budget(total, self.workers_per_gpu))
         return w, start_error

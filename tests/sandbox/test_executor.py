@@ -26,7 +26,7 @@ from kernellab.sandbox._gpu import (
     retry_admission,
     unmeasured_need,
 )
-from kernellab.sandbox._slots import _SENTINEL, BREAKER_FAILURES, JobQueue
+from kernellab.sandbox._slots import _SENTINEL, BREAKER_FAILURES, CONTEXT_BYTES, GPU_MARGIN, JobQueue, gpu_budget
 
 ROOT = Path(__file__).resolve().parents[2]
 ADV = Path(__file__).resolve().parent / "adversarial"
@@ -171,6 +171,12 @@ def test_a_free_slot_takes_the_first_ready_job_and_passes_a_job_a_bounded_number
     q.put("late")
     q.close()
     assert q.get(lambda item: False) == "late" and q.get(lambda item: False) is _SENTINEL
+
+
+def test_a_gpus_budget_leaves_room_for_the_workers_contexts_and_fragmentation():
+    # the same budget whether NVML tells the card's size (a bench's first choice) or the first worker does
+    assert gpu_budget(150 * GIB_, 8) == 150 * GIB_ - GPU_MARGIN - 8 * CONTEXT_BYTES
+    assert gpu_budget(GIB_, 8) == GIB_  # never below one GiB
 
 
 def test_a_small_job_runs_beside_a_large_one_while_another_large_one_waits_for_memory():
