@@ -360,7 +360,7 @@ def memory_by_problem(con: sqlite3.Connection) -> list[dict]:
                 continue
             m = d.get("memory") or {}
             r = rows.setdefault(name, {"problem": name, "evaluations": 0, "admission_wait_s": 0.0, "need_gb": 0.0,
-                                       "peak_gb": 0.0, "reserved_gb": 0.0, "oom_retries": 0})
+                                       "peak_gb": 0.0, "reserved_gb": 0.0, "side_gb": 0.0, "oom_retries": 0})
             r["evaluations"] += 1
             r["admission_wait_s"] += float(m.get("admission_wait_s") or 0.0)
             r["need_gb"] = max(r["need_gb"], float(m.get("need_bytes") or 0) / 1e9)
@@ -369,10 +369,15 @@ def memory_by_problem(con: sqlite3.Connection) -> list[dict]:
             r["reserved_gb"] = max(r["reserved_gb"], float(m.get("peak_reserved_bytes") or 0) / 1e9,
                                    *(float(e.get("peak_reserved_bytes") or 0) / 1e9 for e in d.get("retries") or []))
             r["oom_retries"] += sum(1 for e in d.get("retries") or [] if "oom" in str(e.get("error_class") or ""))
+            # all but the reference outputs kept on the device: what the side floor (_gpu.side_need) reads
+            if m.get("peak_reserved_bytes"):
+                side = (float(m["peak_reserved_bytes"]) - float(m.get("refs_on_device_bytes") or 0)) / 1e9
+                r["side_gb"] = max(r["side_gb"], side)
     except sqlite3.Error:  # an older schema: no such table as this tree reads
         return []
     out = [{**r, "admission_wait_s": round(r["admission_wait_s"], 1), "need_gb": round(r["need_gb"], 1),
-            "peak_gb": round(r["peak_gb"], 1), "reserved_gb": round(r["reserved_gb"], 1)} for r in rows.values()]
+            "peak_gb": round(r["peak_gb"], 1), "reserved_gb": round(r["reserved_gb"], 1),
+            "side_gb": round(r["side_gb"], 1)} for r in rows.values()]
     return sorted(out, key=lambda r: (-r["admission_wait_s"], r["problem"]))
 
 

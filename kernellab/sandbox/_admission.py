@@ -8,7 +8,7 @@ infrastructure failure or a shared out-of-memory (``_gpu.retry_admission``). Apa
 (``_jobloop``), which only runs one admitted attempt, and from the slots (``_slots``), which only own workers.
 
 The mixin reads the executor's state that ``LocalExecutor.__init__`` sets: ``_lock``, ``_budgets``,
-``_estimates``, ``_estimate_errors``, ``_ref_peaks``, ``_probes``, ``_probed``, ``_oom_needs``, ``_closed``,
+``_estimates``, ``_estimate_errors``, ``_ref_peaks``, ``_side_peaks``, ``_probes``, ``_probed``, ``_oom_needs``, ``_closed``,
 ``_workers``; it runs an attempt with ``_run`` (``_jobloop``) and restarts a worker with ``_start_worker``
 (``_slots``).
 """
@@ -30,6 +30,7 @@ from ._gpu import (
     need_peak,
     probes,
     retry_admission,
+    side_need,
     unmeasured_need,
 )
 from ._protocol import Phase
@@ -70,8 +71,36 @@ class _Admission:
         if grown is not None:
             need = max(need or 0, grown)
         if peak is not None:
-            return max(need or 0, measured_need(peak, compile_timed)), max(floor or 0, peak)
+            need = max(need or 0, measured_need(peak, compile_timed))
+            floor = max(floor or 0, peak)
+        with self._lock:
+            side = self._side_peaks.get((*key, bool(compile_timed)))
+        if side is not None and need is not None:
+            need = max(need, side_need(side))  # room for the job's own side with no output kept on the device
         return need, floor
+
+    def _side_floor(self, problem: Problem, small: bool, compile_timed: bool) -> int | None:
+        """What a job of ``problem`` reserves for its own side beside the reference outputs it keeps on the
+        device (``JobSpec.side_bytes``): :func:`_gpu.side_need` of the largest side a job of it measured, else
+        the meta device's footprint (its first jobs then keep fewer outputs there, where twice the working peak
+        would have kept six of KernelBench's 6.4 GB outputs beside a 51.7 GB side in an 82.3 GB grant)."""
+        key = (problem.id, bool(small))
+        with self._lock:
+            side = self._side_peaks.get((*key, bool(compile_timed)))
+            est = self._estimates.get(key)
+        if side is not None:
+            return side_need(side)
+        return est[0] if est else None
+
+    def _note_side(self, key: tuple[str, bool, bool], mem: dict, error_class: str) -> None:
+        """A finished attempt's own side: its reserved peak less the reference outputs it kept on the device. Not
+        from a candidate that ran out of memory itself: what it asked for is its own, not the problem's."""
+        reserved = int(mem.get("peak_reserved_bytes") or 0)
+        if not reserved or error_class == "oom":
+            return
+        side = reserved - int(mem.get("refs_on_device_bytes") or 0)
+        with self._lock:
+            self._side_peaks[key] = max(self._side_peaks.get(key, 0), side)
 
     def _starts_now(self, job: EvalJob, kind: str, gpu: str | None) -> bool:
         """Whether ``job`` would run at once on a slot of ``gpu`` (``_slots.JobQueue``): no probe of its problem
@@ -151,7 +180,7 @@ class _Admission:
         earlier: list[dict] = []
         while True:
             budget = self._budgets.get(place)
-            need = grant = None
+            need = grant = side = None
             t_admit = 0.0
             got_alone = budget is None
             reason = None
@@ -171,8 +200,9 @@ class _Admission:
                     # the problem what the retries grew its need to
                     with self._lock:
                         floor_ = grant if earlier else self._oom_needs.get(key)
+                    side = self._side_floor(job.problem, bool(job.small), bool(job.retime)) if budget else None
                     result, keep = self._run(worker, job, gpu, grant, held=held if budget is not None else None,
-                                             regrant_floor=floor_)
+                                             regrant_floor=floor_, side=side)
                 finally:
                     if budget is not None and grant is not None:
                         budget.release(held[0])
@@ -184,7 +214,9 @@ class _Admission:
             if budget is not None:
                 mem = result["details"].setdefault("memory", {})
                 mem.update(need_bytes=need, grant_bytes=grant, alone=got_alone, budget_bytes=budget.budget,
-                           admission_wait_s=round(t_admit, 3), alone_reason=reason if got_alone else None)
+                           admission_wait_s=round(t_admit, 3), alone_reason=reason if got_alone else None,
+                           side_bytes=side)
+                self._note_side((*key, bool(job.retime)), mem, result.get("error_class") or "")
                 if need is None:  # admitted alone for want of an estimate: say why the estimate failed
                     mem["estimate_error"] = self._estimate_errors.get(key)
                 peak = mem.get("reference_peak_bytes")

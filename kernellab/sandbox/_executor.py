@@ -117,6 +117,9 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
         self._estimates: dict[tuple[str, bool], tuple[int, int] | None] = {}
         self._nvml_budgets: dict[str, int | None] = {}  # memory_share's budget before a worker reports it
         self._ref_peaks: dict[tuple[str, bool], int] = {}
+        # per problem and kind of job (a re-timing or not): the largest reserved peak but the reference outputs a
+        # job kept on the device (_Admission._note_side)
+        self._side_peaks: dict[tuple[str, bool, bool], int] = {}
         # per unmeasured problem: the event its probe (the one job that measures the reference's peak) sets
         self._probes: dict[tuple[str, bool], threading.Event] = {}
         self._probed: set[tuple[str, bool]] = set()  # probes that ended without a peak (the CPU pool)

@@ -352,14 +352,29 @@ def need_peak(peak: int, refs_on_device: int = 0) -> int:
     return peak - refs_on_device // 2
 
 
-def regrant_cap(peak: int, grant: int | None, floor: int | None = None, compile_timed: bool = False) -> int | None:
+def regrant_cap(peak: int, grant: int | None, floor: int | None = None, compile_timed: bool = False,
+                least: int = 0) -> int | None:
     """The smaller grant a running job caps itself at once its reference peak ``peak`` is measured, or None
     to keep ``grant``: never below ``floor`` (a job retried after running out of its grant keeps what it was
-    retried with; shrunk back to the measured need, the retry ran out alike, three times)."""
+    retried with; shrunk back to the measured need, the retry ran out alike, three times), nor below ``least``
+    (its own side's floor, :func:`side_need`, and the reference outputs it keeps on the device)."""
     if not grant:
         return None
-    need = max(measured_need(peak, compile_timed), floor or 0)
+    need = max(measured_need(peak, compile_timed), floor or 0, least)
     return need if need < grant else None
+
+
+def side_need(side_peak: int) -> int:
+    """The least a job's own side needs -- all it holds but the reference outputs it keeps on the device -- from
+    the largest such peak (reserved) a job of its problem measured, an eighth more for another candidate's
+    allocations, and the fixed overhead.
+
+    Twice the reference's working peak (:func:`measured_need`) falls short of it where the timing's input sets
+    outweigh the reference's working set: KernelBench's level-1 elementwise problems held 51.7 GB besides the
+    kept outputs in every job, 2-trial or 5-trial, while twice their working peak gave 40.1 GB. Their jobs kept
+    outputs on the device into the difference, or capped themselves there, and ran out of memory under their
+    grants: 44 of session 19's 51 retries, 29 of them alone on the card."""
+    return side_peak + side_peak // 8 + JOB_OVERHEAD
 
 
 # an estimated need (no reference peak measured yet) is admitted at this many times the estimate (bounded)

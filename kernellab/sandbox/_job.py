@@ -85,7 +85,7 @@ def run_job(w: Any, job: JobSpec) -> tuple[dict, bool]:
             raise _Prepared()
         phase = Phase.LOAD
         w.read()  # the baseline's timing gave it up
-        w.regrant(job.gpu_grant_bytes, job.regrant_floor_bytes, bool(job.time_compile))
+        w.regrant(job.gpu_grant_bytes, job.regrant_floor_bytes, bool(job.time_compile), job.side_bytes)
         w.phase(Phase.LOAD)
         state["snapshot"] = StateSnapshot()
         name = f"kernellab_candidate_{job.job_id}"

@@ -124,7 +124,7 @@ class _JobLoop:
         return fut, True
 
     def _run(self, w: _Worker, job: EvalJob, gpu: str | None, grant: int | None = None,
-             held: list | None = None, regrant_floor: int | None = None) -> tuple[dict, bool]:
+             held: list | None = None, regrant_floor: int | None = None, side: int | None = None) -> tuple[dict, bool]:
         limits = job.limits or self.limits
         job_id = f"{os.getpid()}_{next(self._ids)}"
         key = need = bl_fut = None
@@ -136,7 +136,7 @@ class _JobLoop:
                                job.problem.mode)
             bl_fut, need = self._baseline_future(job, key)
         try:
-            return self._run_measuring(w, job, gpu, grant, limits, job_id, key, need, bl_fut, held, regrant_floor)
+            return self._run_measuring(w, job, gpu, grant, limits, job_id, key, need, bl_fut, held, regrant_floor, side)
         except BaseException:
             # every later job of this problem waits on the baseline this job was to measure: a failure of ours
             # here must hand the measuring on to the next job, never leave them waiting for good
@@ -148,13 +148,15 @@ class _JobLoop:
 
     def _run_measuring(self, w: _Worker, job: EvalJob, gpu: str | None, grant: int | None, limits: Limits,
                        job_id: str, key: str | None, need: bool | None, bl_fut: cf.Future | None,
-                       held: list | None = None, regrant_floor: int | None = None) -> tuple[dict, bool]:
+                       held: list | None = None, regrant_floor: int | None = None,
+                       side: int | None = None) -> tuple[dict, bool]:
         """Run ``job`` on ``w``. ``held``: a one-item list with the job's grant, which a ``regrant`` from the
         worker shrinks (on the budget of the job's place) and ``_evaluate`` then releases."""
         payload = JobSpec(job_id=job_id, problem=job.problem, source=job.source, config=job.config, small=job.small,
                           trials=job.trials, timing=job.timing, need_baseline=need, max_jobs=self.max_jobs_per_worker,
                           timing_target_ms=job.timing_target_ms, stop_above_ms=job.stop_above_ms,
                           time_compile=bool(job.retime), gpu_grant_bytes=grant, regrant_floor_bytes=regrant_floor,
+                          side_bytes=side,
                           poison_cap=min(POISON_CAP, grant // 8) if grant else POISON_CAP, prepare_only=job.prepare,
                           # a re-timing's printed numbers come from reference outputs computed in its own job
                           reuse_reference=not job.retime, ref_cache_bytes=self.ref_cache_bytes,

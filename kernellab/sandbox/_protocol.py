@@ -121,7 +121,8 @@ class JobSpec:
 
     ``need_baseline``: this job measures the cached torch.compile baseline; ``time_compile``: a re-timing, which
     compiles and times torch.compile itself; ``gpu_grant_bytes`` / ``regrant_floor_bytes``: the memory grant the
-    worker caps its allocator at and the least a regrant keeps; ``poison_cap``: bytes of freed memory poisoned
+    worker caps its allocator at and the least a regrant keeps; ``side_bytes``: the least the job's own side needs
+    besides the reference outputs it keeps on the device (``_gpu.side_need``); ``poison_cap``: bytes of freed memory poisoned
     before a candidate call (None: ``_gpu.POISON_CAP``); ``prepare_only``: no candidate (``EvalJob.prepare``);
     ``reuse_reference`` / ``ref_cache_bytes`` / ``ref_digest``: whether the worker may take the reference outputs
     from its cache, how many bytes it may keep there, and the digest the executor vouches for them by."""
@@ -140,6 +141,7 @@ class JobSpec:
     time_compile: bool = False
     gpu_grant_bytes: int | None = None
     regrant_floor_bytes: int | None = None
+    side_bytes: int | None = None
     poison_cap: int | None = None
     prepare_only: bool = False
     reuse_reference: bool = True

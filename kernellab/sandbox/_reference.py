@@ -121,28 +121,30 @@ def _sync(dev: torch.device) -> None:
 KEEP_ON_DEVICE_BYTES = int(float(os.environ.get("KERNELLAB_SANDBOX_KEEP_ON_DEVICE_BYTES", 256 << 20)))
 
 
-def keeps_on_device(working_peak: int, kept: int, nbytes: int, grant: int, compile_timed: bool = False) -> bool:
+def keeps_on_device(working_peak: int, kept: int, nbytes: int, grant: int, compile_timed: bool = False,
+                    side: int = 0) -> bool:
     """Whether a job granted ``grant`` bytes keeps ``nbytes`` more reference outputs on the device, beside the
     ``kept`` it keeps already: when they are large (``KEEP_ON_DEVICE_BYTES``) and the grant holds all of them
-    once next to the need of the reference's working peak (``_gpu.measured_need``: the candidate's side
-    twice over). At KernelBench's level-1 sizes (6.4 GB outputs) the copies to pageable host memory ran at
-    1.4 GB/s: 22-25 s of a 28-32 s reference, and 3-10 s more for the check's way back."""
+    once next to the need of the job's own side -- the need of the reference's working peak
+    (``_gpu.measured_need``: the candidate's side twice over), or ``side`` where that is more (``JobSpec.side_bytes``).
+    At KernelBench's level-1 sizes (6.4 GB outputs) the copies to pageable host memory ran at 1.4 GB/s: 22-25 s of
+    a 28-32 s reference, and 3-10 s more for the check's way back."""
     from ._gpu import measured_need
 
-    return nbytes >= KEEP_ON_DEVICE_BYTES and measured_need(working_peak, compile_timed) + kept + nbytes <= grant
+    return nbytes >= KEEP_ON_DEVICE_BYTES and max(measured_need(working_peak, compile_timed), side) + kept + nbytes <= grant
 
 
 class _OnDevice:
     """The reference outputs one GPU job keeps on the device (``bytes``), decided output list by output
     list with :func:`keeps_on_device` on the job's grant (the device's memory when it has none)."""
 
-    def __init__(self, dev: torch.device, grant: int | None, compile_timed: bool) -> None:
-        self.dev, self.compile_timed, self.bytes, self.lists = dev, compile_timed, 0, 0
+    def __init__(self, dev: torch.device, grant: int | None, compile_timed: bool, side: int | None = None) -> None:
+        self.dev, self.compile_timed, self.bytes, self.lists, self.side = dev, compile_timed, 0, 0, int(side or 0)
         self.grant = grant or torch.cuda.get_device_properties(dev).total_memory
 
     def take(self, nbytes: int) -> bool:
         work = torch.cuda.max_memory_allocated(self.dev) - self.bytes
-        if not keeps_on_device(work, self.bytes, nbytes, self.grant, self.compile_timed):
+        if not keeps_on_device(work, self.bytes, nbytes, self.grant, self.compile_timed, self.side):
             return False
         self.bytes += nbytes
         self.lists += 1
@@ -227,7 +229,7 @@ def _reference(w: Any, job: JobSpec, state: dict, d: dict) -> None:
         cap = int(job.ref_cache_bytes or 0) if job.reuse_reference else 0
         ref_prints: list | None = [] if entry is None and cap > 0 else None
         held = 0
-        on_device = _OnDevice(dev, job.gpu_grant_bytes, bool(job.time_compile)) if dev.type == "cuda" else None
+        on_device = _OnDevice(dev, job.gpu_grant_bytes, bool(job.time_compile), job.side_bytes) if dev.type == "cuda" else None
 
         atol, rtol = settings["atol"], settings["rtol"]
         # A job of fewer trials than distributions (a tuning trial's two) whose trials a null output would all

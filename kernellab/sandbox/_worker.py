@@ -184,7 +184,8 @@ class Worker:
 
         return need_peak(int(self.torch.cuda.max_memory_allocated(self.device)), self.refs_on_device)
 
-    def regrant(self, grant: int | None, floor: int | None = None, compile_timed: bool = False) -> None:
+    def regrant(self, grant: int | None, floor: int | None = None, compile_timed: bool = False,
+                side: int | None = None) -> None:
         """After the reference (and the baseline) ran: cap this job's allocator at the need its measured
         reference peak gives (what later jobs of the problem are admitted with), when that is less than
         its grant, and hand the rest back to the executor's budget. The first job of a problem is
@@ -194,7 +195,8 @@ class Worker:
             return
         from ._gpu import regrant_cap
 
-        need = regrant_cap(self.need_peak(), grant, floor, compile_timed)
+        least = int(side) + self.refs_on_device if side else 0  # the job's own side, and the outputs it keeps here
+        need = regrant_cap(self.need_peak(), grant, floor, compile_timed, least)
         if need is not None:
             self.torch.cuda.set_per_process_memory_fraction(min(1.0, need / self.total_bytes), self.device)
             self.send(Msg.REGRANT, need)

@@ -24,6 +24,7 @@ from kernellab.sandbox._gpu import (
     estimate_bytes,
     probes,
     retry_admission,
+    side_need,
     unmeasured_need,
 )
 from kernellab.sandbox._slots import _SENTINEL, BREAKER_FAILURES, CONTEXT_BYTES, GPU_MARGIN, JobQueue, gpu_budget
@@ -342,6 +343,33 @@ def test_an_unmeasured_need_is_bounded_by_half_the_budget_or_five_quarters_of_th
     assert probes(budget // 4 + 1, budget) and not probes(budget // 4, budget) and not probes(None, budget)
 
 
+def test_a_problems_measured_side_floors_its_jobs_need_and_what_they_keep_on_the_device():
+    p = _tiny("tiny_side")
+    need = estimate_bytes(p, small=True)
+    ex = LocalExecutor(cpu_workers=1, gpu_bytes=need * 64)
+    try:
+        r = evaluate(p, RELU, trials=1, timing=False, executor=ex)
+        assert r["status"] == "correct", r["error_text"]
+        # nothing measured (the CPU measures no peak): the job's side floor is the meta device's footprint
+        assert r["details"]["memory"]["side_bytes"] == need
+        budget = ex._budgets["cpu"].budget
+        first, _ = ex._need(p, True, False, budget)
+        side = 8 * need
+        ex._note_side((p.id, True, False), {"peak_reserved_bytes": side + 3 * need, "refs_on_device_bytes": 3 * need}, "")
+        assert ex._side_floor(p, True, False) == side_need(side)
+        assert ex._need(p, True, False, budget)[0] == max(first, side_need(side))
+        # a re-timing's side is its own; a candidate that ran out of memory itself measures nothing of the problem's
+        assert ex._side_floor(p, True, True) == need and ex._need(p, True, True, budget)[0] == first
+        ex._note_side((p.id, True, False), {"peak_reserved_bytes": 40 * need}, "oom")
+        assert ex._side_floor(p, True, False) == side_need(side)
+        r = evaluate(p, RELU, trials=1, timing=False, executor=ex)
+        assert r["details"]["memory"]["side_bytes"] == side_need(side)
+        assert r["details"]["memory"]["need_bytes"] >= side_need(side)
+    finally:
+        ex.shutdown()
+
+
+GIB_ = 1 << 30
 GIB_ = 1 << 30
 
 

@@ -505,6 +505,38 @@ def test_large_reference_outputs_stay_on_the_device_while_the_grant_holds_them_o
     assert keeps_on_device(1 << 20, 0, KEEP_ON_DEVICE_BYTES, 100 * gb)
 
 
+def test_a_jobs_own_side_keeps_room_beside_the_outputs_it_keeps_on_the_device():
+    """Session 19's H200 jobs of KernelBench's 21_Sigmoid (6.44 GB outputs): each held 51.7 GB besides the outputs
+    it kept on the device, 2-trial or 5-trial, while twice its reference's working peak gave 40.1 GB."""
+    from kernellab.sandbox._gpu import JOB_OVERHEAD, measured_need, need_peak, regrant_cap, side_need
+    from kernellab.sandbox._reference import keeps_on_device
+
+    gb = 10**9
+    out, side, est = 6_442_450_944, 51_700_000_000, 65_867_350_016  # est: the meta device's footprint
+    # the probe (admitted at 82.3 GB, nothing measured yet): with twice its working peak alone it kept six outputs
+    # and ran out of memory at the check; with the footprint as its side's floor it keeps two, and fits
+    work, grant = 19_400_000_000, 82_334_187_520
+    kept = 0
+    while keeps_on_device(work, kept, out, grant):
+        kept += out
+    assert kept == 6 * out and side + kept > grant
+    kept = 0
+    while keeps_on_device(work, kept, out, grant, side=est):
+        kept += out
+    assert kept == 2 * out and side + kept <= grant
+    # a 2-trial job admitted at 85.3 GB keeping three outputs capped itself at twice its working peak, below the
+    # 71.1 GB it then reserved (eight such jobs ran out of memory and ran again alone); the measured side keeps it
+    peak, refs, grant = 38_800_000_000, 3 * out, 85_345_697_792
+    old = regrant_cap(need_peak(peak, refs), grant)
+    assert old is not None and old < side + refs
+    cap = regrant_cap(need_peak(peak, refs), grant, least=side_need(side) + refs)
+    assert cap == side_need(side) + refs and side + refs < cap < grant
+    assert side_need(side) == side + side // 8 + JOB_OVERHEAD
+    # a side below twice the working peak changes nothing
+    assert regrant_cap(need_peak(peak, refs), grant, least=refs + gb) == old
+    assert keeps_on_device(work, 0, out, measured_need(work) + out, side=measured_need(work) - 1)
+
+
 def test_a_reference_print_is_the_same_in_any_chunks_and_wherever_it_is_taken():
     """The check holds each reference output to the print taken when it was computed, summed in the
     fingerprint's chunks there and in the comparison's chunks here: equal, also where the int64 sums wrap."""
