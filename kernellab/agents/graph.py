@@ -510,7 +510,8 @@ def debug(state: CampaignState, runtime: Runtime[Context], config: RunnableConfi
 def tune(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig) -> dict:
     """Tune every correct candidate with a SPACE not tuned yet, all at once: their studies' trials share
     the sandbox pool (one after another, a solo campaign's three tunings took 24 s of its 103 s, each
-    waiting for the slowest trial of the one before)."""
+    waiting for the slowest trial of the one before). Not a library-only one: none of its kernels ran
+    (KernelBench's 54_conv_standard_3D on the H200: 174 s tuning the tiles of a conv cuDNN ran)."""
     ctx = _ctx(runtime)
     if ctx.tune is None:
         return {}
@@ -523,7 +524,7 @@ def tune(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig
         if c["id"] in done or not c.get("space"):
             continue
         full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == Kind.FULL]
-        if full and full[0]["status"] == "correct":
+        if full and full[0]["status"] == "correct" and not full[0].get("library_only"):
             todo.append(c)
     if not todo or (deadline is not None and time.monotonic() >= deadline):
         return {}  # no event: a resumed campaign with time left tunes them then

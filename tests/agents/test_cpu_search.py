@@ -87,6 +87,8 @@ def test_config_variants_are_new_space_choices_ranked_by_the_model():
     child = {"id": "c", "parent_id": "s", "meta": {"actions": [props[0].action]}}
     again = config_variants(problem, [row, child], 5)
     assert props[0].action not in [p.action for p in again]
+    # a library-only node ran none of its kernels: no parameter of theirs changes what runs
+    assert config_variants(problem, [{**row, "best": {**row["best"], "library_only": True}}], 5) == []
 
 
 def test_an_interpreted_score_is_the_modelled_ratio_and_never_a_speedup():

@@ -404,3 +404,31 @@ def test_the_tune_step_tunes_its_candidates_at_once(executor):
     evs = store.events(cid, "tune")
     assert sorted(e["payload"]["candidate_id"] for e in evs) == sorted([seed, other])
     assert all("error" not in e["payload"] for e in evs), [e["payload"].get("error") for e in evs]
+
+
+def test_the_tune_step_leaves_a_library_only_candidate_alone(executor):
+    """None of a library-only candidate's kernels ran (a conv cuDNN ran): no tuning of theirs changes what runs."""
+    store = Store(":memory:")
+    cid = new_campaign(store, tune_trials=1)
+    ctx = context(store, cid, executor)
+    state, seed = seeded(ctx)
+    problem = ctx.problems[store.get_candidate(seed)["problem_id"]]
+    from kernellab.vocab import space_from_source
+
+    code = build(problem)
+    lib = store.add_candidate(cid, problem.id, code.source + "\n# cuDNN's\n", parent_id=seed, origin="builtin",
+                              action=code.action, meta=code.meta, space=space_from_source(code.source))
+    store.add_evaluation(lib, {"status": "correct", "interpreted": False, "library_only": True, "own_kernel_share": 0.0,
+                               "median_ms": 1.0, "eager_ms": 1.0})
+    assert store.get_candidate(lib).get("space")
+    tuned: list[str] = []
+    real = ctx.tune
+
+    def tune(problem, cand, deadline=None):
+        tuned.append(cand["id"])
+        return real(problem, cand, deadline)
+
+    ctx.tune = tune
+    tune_node(state, Runtime(context=ctx), step(5))
+    assert tuned == [seed]
+    assert [e["payload"]["candidate_id"] for e in store.events(cid, "tune")] == [seed]

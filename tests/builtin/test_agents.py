@@ -153,6 +153,46 @@ def test_plan_does_not_expand_library_only_nodes():
     lib["best"]["library_only"] = True
     props = BuiltinAgents().plan(mm, [kern, lib], 3, {})
     assert props and all(p.parent_id == "k1" for p in props)
+    # cuBLAS for everything and nothing else: no child of it runs a kernel of ours
+    assert BuiltinAgents().plan(mm, [lib], 3, {}) == []
+
+
+CONV = """import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 10, 10)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_plan_puts_our_own_conv_in_a_library_only_conv_seed():
+    """A conv with nothing after it: on the GPU the seed returns cuDNN's output (library-only). Its children are
+    our own conv at pinned precisions, not tuning variants of a conv kernel that never ran."""
+    p = Problem("conv_only", CONV)
+    seed_row = row(build(p), cid="s", speed=1.0)
+    seed_row["best"]["library_only"] = True
+    (gid,) = [g.id for g in built(p).groups if g.kind == "conv"]
+    props = BuiltinAgents().plan(p, [seed_row], 4, {})
+    assert props and all(p_.parent_id == "s" for p_ in props)
+    assert {(a.action["kind"], a.action["group"]) for a in props} == {("precision", gid)}
+    assert "tf32rn" in {a.action["precision"] for a in props}
+    # a node that runs kernels of its own is expanded with every action, as before
+    seed_row["best"]["library_only"] = False
+    kinds = {a.action["kind"] for a in BuiltinAgents().plan(p, [seed_row], 8, {})}
+    assert "precision" in kinds and kinds != {"precision"}
 
 
 def test_plan_expands_selected_node_without_repeating(gemm_problem):

@@ -143,6 +143,13 @@ class BuiltinAgents:
         if not parents:
             parents = sorted((r for r in tree if _ok(r) and not _library(r) and _actions_of(r) is not None),
                              key=lambda r: -(_speed(r) or 0))[:1]
+        # none runs kernels of its own: a library-only node whose conv our own kernel can take over (a Precision
+        # pins it there), with those children alone. KernelBench's level-1 convolutions (cuDNN with nothing
+        # after it) spent their budget on tuning variants of a conv that never ran (session 19: 8 of 14 misses)
+        own_conv = not parents
+        if own_conv:
+            parents = sorted((r for r in tree if _ok(r) and _actions_of(r) is not None),
+                             key=lambda r: -(_speed(r) or 0))[:1]
         scored: list[tuple[float, Proposal]] = []
         for row in parents:
             if not _ok(row):
@@ -154,9 +161,11 @@ class BuiltinAgents:
             hints = " ".join((row.get("analysis") or {}).get("next_ideas") or [])
             # a parent judged in the interpreter was judged against the CPU's exact reference
             device = "cpu" if (row.get("best") or {}).get("interpreted") else None
-            for x in applicable_actions(problem, built(problem, acts), reference, device):
+            b = built(problem, acts)
+            convs = {g.id for g in b.groups if g.kind == "conv"}
+            for x in applicable_actions(problem, b, reference, device):
                 key = repr(sorted(x.action.to_dict().items()))
-                if key in tried:
+                if key in tried or (own_conv and not (x.action.kind == "precision" and x.group in convs)):
                     continue
                 gain = x.expected_gain
                 if x.action.kind in hints:  # the analyst asked for this kind of change

@@ -98,12 +98,14 @@ def _tried(rows: list[dict], parent_id: str) -> set[str]:
 
 def config_variants(problem: Problem, rows: list[dict], k: int) -> list[Proposal]:
     """Up to ``k`` one-parameter changes of the selected, correct, builtin nodes (not tried from that
-    node before), ranked by modelled time, the fastest first."""
+    node before), ranked by modelled time, the fastest first. None of a library-only node: none of its
+    kernels ran, so no parameter of theirs changes what runs."""
     settings = problem.settings()
     scored: list[tuple[float, Proposal]] = []
     for row in [r for r in rows if r.get("selected")]:
         acts, space = _actions(row), row.get("space") or {}
-        if acts is None or (row.get("best") or {}).get("status") != "correct" or not isinstance(space, dict):
+        best = row.get("best") or {}
+        if acts is None or best.get("status") != "correct" or best.get("library_only") or not isinstance(space, dict):
             continue
         b = built(problem, acts)
         config = _merged(literal_config(row["source"]), (row.get("best") or {}).get("config"))
