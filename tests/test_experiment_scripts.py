@@ -127,10 +127,12 @@ def test_bench_throughput_pages_memory_admission_by_problem(tmp_path: Path) -> N
                     # the attempt that ran out: its segments (reserved) over its grant, its allocated peak under
                     details["retries"] = [{"error_class": "oom", "grant_bytes": int(need / 2 * gb),
                                            "peak_reserved_bytes": int(33.0 * gb)}]
+                if retried and i == 1:  # it kept 6 GB of reference outputs on the device: its own side is the rest
+                    details["memory"].update(peak_reserved_bytes=int(28.0 * gb), refs_on_device_bytes=int(6.0 * gb))
                 store.add_evaluation(cand, {"status": "correct", "config": {"i": i}, "details": details}, kind="trial")
     rows = {r["problem"]: r for r in bt.read_db(db)["memory"]}
     assert rows["conv"] == {"problem": "conv", "evaluations": 2, "admission_wait_s": 42.5, "need_gb": 65.4,
-                            "peak_gb": 26.2, "reserved_gb": 33.0, "oom_retries": 1}
+                            "peak_gb": 26.2, "reserved_gb": 33.0, "side_gb": 22.0, "oom_retries": 1}
     assert rows["gemm"]["admission_wait_s"] == 0.0 and rows["gemm"]["oom_retries"] == 0
     side = {"commit": "x", "problems_finished": 0, "problems": 2, "wall_s": 1.0, "problems_per_hour": 0.0,
             "evaluations": 3, "evaluations_per_gpu_hour": None, "gpu_busy_share": None, "gpu_util_mean": None,
