@@ -73,23 +73,28 @@ class _Admission:
         if peak is not None:
             need = max(need or 0, measured_need(peak, compile_timed))
             floor = max(floor or 0, peak)
+        side = self._measured_side(key, compile_timed)
+        if side is not None and need is not None:
+            need = max(need, side)  # room for the job's own side with no output kept on the device
+        return need, floor
+
+    def _measured_side(self, key: tuple[str, bool], compile_timed: bool) -> int | None:
+        """:func:`_gpu.side_need` of the largest side a job of ``key``'s problem (of its kind) measured; None before."""
         with self._lock:
             side = self._side_peaks.get((*key, bool(compile_timed)))
-        if side is not None and need is not None:
-            need = max(need, side_need(side))  # room for the job's own side with no output kept on the device
-        return need, floor
+        return side_need(side) if side is not None else None
 
     def _side_floor(self, problem: Problem, small: bool, compile_timed: bool) -> int | None:
         """What a job of ``problem`` reserves for its own side beside the reference outputs it keeps on the
-        device (``JobSpec.side_bytes``): :func:`_gpu.side_need` of the largest side a job of it measured, else
-        the meta device's footprint (its first jobs then keep fewer outputs there, where twice the working peak
-        would have kept six of KernelBench's 6.4 GB outputs beside a 51.7 GB side in an 82.3 GB grant)."""
+        device (``JobSpec.side_bytes``): the measured side (:meth:`_measured_side`), else the meta device's
+        footprint (its first jobs then keep fewer outputs there, where twice the working peak would have kept six
+        of KernelBench's 6.4 GB outputs beside a 51.7 GB side in an 82.3 GB grant)."""
         key = (problem.id, bool(small))
-        with self._lock:
-            side = self._side_peaks.get((*key, bool(compile_timed)))
-            est = self._estimates.get(key)
+        side = self._measured_side(key, compile_timed)
         if side is not None:
-            return side_need(side)
+            return side
+        with self._lock:
+            est = self._estimates.get(key)
         return est[0] if est else None
 
     def _note_side(self, key: tuple[str, bool, bool], mem: dict, error_class: str) -> None:
@@ -200,7 +205,7 @@ class _Admission:
                     # the problem what the retries grew its need to
                     with self._lock:
                         floor_ = grant if earlier else self._oom_needs.get(key)
-                    side = self._side_floor(job.problem, bool(job.small), bool(job.retime)) if budget else None
+                    side = self._side_floor(job.problem, bool(job.small), bool(job.retime)) if budget is not None else None
                     result, keep = self._run(worker, job, gpu, grant, held=held if budget is not None else None,
                                              regrant_floor=floor_, side=side)
                 finally:

@@ -370,7 +370,6 @@ def test_a_problems_measured_side_floors_its_jobs_need_and_what_they_keep_on_the
 
 
 GIB_ = 1 << 30
-GIB_ = 1 << 30
 
 
 def test_an_unmeasured_problems_large_jobs_wait_for_its_probe():

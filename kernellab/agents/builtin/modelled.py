@@ -108,7 +108,7 @@ def config_variants(problem: Problem, rows: list[dict], k: int) -> list[Proposal
         if acts is None or best.get("status") != "correct" or best.get("library_only") or not isinstance(space, dict):
             continue
         b = built(problem, acts)
-        config = _merged(literal_config(row["source"]), (row.get("best") or {}).get("config"))
+        config = _merged(literal_config(row["source"]), best.get("config"))
         base = model_built(b, settings, config).ms
         tried = _tried(rows, row["id"])
         for gid, choices in space.items():
