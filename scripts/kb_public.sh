@@ -13,9 +13,6 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 bash scripts/gpu_check.sh env || exit 3
-# env leaves an archive of experiments/results (7 MB, already in the tree): with it the call's output came back over
-# the device tool's size limit (session 21, call 2: its database stayed behind)
-rm -f "$OUT/results.tgz"
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 KERNELBENCH_DIR=$PWD/.kb
 PY=${PYTHON:-python3}
 if [ -n "${SOLO:-}" ]; then
