@@ -37,6 +37,7 @@ from ._reference import _fingerprint, _ProblemFault, _reseed, _sync, _Trial
 from ._result import (
     Incorrect,
     Rejected,
+    is_oom,
 )
 
 # A poison word no arithmetic produces: a *signalling* NaN in fp32 (its upper half, 0x7FBA, is a
@@ -243,7 +244,12 @@ def _compare_trial(state: dict, tr: _Trial, k: int, ref: torch.Tensor, out: torc
 
 def _anchor(state: dict, tr: _Trial, k: int, ref: torch.Tensor, out: torch.Tensor, atol: float) -> dict | None:
     """``anchored`` for output ``k`` of a synthetic-distribution trial (the fp64 reference is computed
-    once per trial, from a float64 copy of the reference model); None when fp64 cannot be had."""
+    once per trial, from a float64 copy of the reference model); ``{"ok": False, "unavailable": why}`` when
+    the model cannot run in float64, None when it has no output ``k`` there. An out-of-memory is raised, as
+    our own allocation's (``infra:oom``: the executor retries the job with more memory): taken for "cannot
+    run in float64", it left the plain comparison to reject candidates the fp64 reference might have passed,
+    as on KernelBench's 69 and 71 at full size, whose ``mixed`` trials recorded no fp64 verdict after a job
+    had capped itself at 10.2 GB with 9.9 GB reserved (an fp64 copy of their conv needs 3.3 GB more)."""
     if not ref.is_floating_point():
         return None
     cache, key = state.setdefault("ref64", {}), tr.index
@@ -258,9 +264,14 @@ def _anchor(state: dict, tr: _Trial, k: int, ref: torch.Tensor, out: torch.Tenso
             with torch.no_grad():
                 cache[key] = [t.detach() for t in output_tensors(m64(*x64)) or []]
             del m64, x64
-        except Exception:  # a model that cannot run in float64: the plain comparison stands
-            cache[key] = []
+        except Exception as exc:  # a model that cannot run in float64: the plain comparison stands
+            cache.clear()
+            if is_oom(exc):
+                raise
+            cache[key] = f"{type(exc).__name__}: {exc}"[:300]
     ref64 = cache[key]
+    if isinstance(ref64, str):
+        return {"ok": False, "unavailable": ref64}
     if len(ref64) <= k:
         return None
     return anchored(ref64[k], ref, out, atol, state["rtol"])

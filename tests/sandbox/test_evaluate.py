@@ -136,3 +136,60 @@ def test_a_swap_that_keeps_the_inputs_fingerprint_is_still_caught():
     ''')
     r = evaluate(p, src, device="cpu", small=False, trials=2, timing=False)
     assert (r["status"], r["error_class"]) == ("rejected", "integrity:inputs_modified"), r["error_text"]
+
+
+# A reference whose float64 copy (the anchor a synthetic trial's mismatch is judged against) fails, and a
+# candidate off by 0.1 wherever the inputs exceed 2 (the `large` and `mixed` trials, not `problem`).
+FP64_FAILS = '''import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        if x.dtype == torch.float64:
+            raise {exc}("{text}")
+        return self.linear(x)
+
+
+def get_inputs():
+    return [torch.rand(8, 32)]
+
+
+def get_init_inputs():
+    return []
+'''
+OFF_ON_LARGE_INPUTS = textwrap.dedent('''
+    import torch
+    class ModelNew(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(32, 16)
+        def forward(self, x):
+            y = self.linear(x)
+            return y + 0.1 if float(x.abs().max()) > 2 else y
+''')
+
+
+def test_an_fp64_anchor_out_of_memory_is_ours_not_a_mismatch(sandbox_executor):
+    # the fp64 copy of KernelBench's 69 did not fit its job's grant: the job is retried with more memory
+    # (and, here where no grant ever fits, ends as our failure), never a mismatch it could not judge
+    from kernellab.problem import Problem
+
+    p = Problem("fp64_oom", FP64_FAILS.format(exc="torch.OutOfMemoryError", text="out of memory (the fp64 copy)"))
+    r = evaluate(p, OFF_ON_LARGE_INPUTS, trials=4, timing=False, device="cpu", executor=sandbox_executor)
+    assert (r["status"], r["error_class"]) == ("crash", "infra:oom"), (r["status"], r["error_text"])
+    assert "_anchor" in r["error_text"]
+
+
+def test_an_fp64_anchor_that_cannot_run_says_why_and_the_mismatch_stands(sandbox_executor):
+    from kernellab.problem import Problem
+
+    p = Problem("fp64_type", FP64_FAILS.format(exc="TypeError", text="no float64 here"))
+    r = evaluate(p, OFF_ON_LARGE_INPUTS, trials=4, timing=False, device="cpu", executor=sandbox_executor)
+    assert (r["status"], r["error_class"]) == ("incorrect", "mismatch"), (r["status"], r["error_text"])
+    bad = r["details"]["trials"][-1]
+    assert bad["distribution"] == "large" and bad["out0_fp64"] == {"ok": False,
+                                                                   "unavailable": "TypeError: no float64 here"}
