@@ -1,7 +1,7 @@
 """Cross-check a bench database against KernelBench's own harness.
 
     PYTHONPATH=. python experiments/kb_crosscheck.py --db bench.db [--kernelbench ../shared/kernelbench]
-        [--config-hash H] [--problem NAME]... [--trials 5] [--perf-trials 100] [--out-dir experiments/results]
+        [--config-hash H] [--problem NAME]... [--trials 5] [--perf-trials 100] [--jobs 1] [--out-dir experiments/results]
 
 For every problem of the database (per problem the latest finished campaign; ``--config-hash`` keeps the
 bench campaigns of one configuration, see ``kernellab bench``), the winner is exported exactly as
@@ -14,6 +14,12 @@ costs one row. Writes ``<date>-<device>-kb-crosscheck.md`` and ``.json``: per pr
 verdicts and speedups side by side, and the agreement counts; device, versions, kernellab commit,
 KernelBench's commit and the date.
 
+``--jobs N`` runs N KernelBench children at once, for the suite's large problems, whose runs spend most of
+their time drawing KernelBench's inputs on the CPU (seven ``get_inputs()`` calls of 6.4 GB a tensor). The
+GPU stays one child's at a time (:class:`_GpuTurn`): a child holds it for all its work but the problem's
+``get_inputs()``, so every timing runs with the GPU to itself, as KernelBench's own scripts run it; a run
+that ran out of memory beside the others is judged again alone.
+
 KernelBench's eval is CUDA-only: without a CUDA device the script stops with one line (exit 2).
 Known differences it may show: KernelBench casts every input tensor to the precision (integer
 indices and boolean masks included; kernellab keeps their dtype), and a campaign run at SMALL sizes
@@ -24,15 +30,20 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import datetime as dt
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import types
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +179,7 @@ def to_markdown(result: dict) -> str:
              f"{c['speedup_same_side_of_1x']}, within 10% {c['speedup_within_10pct']}. kernellab's speedup is "
              "eager median / candidate median (interleaved, L2 flushed); KernelBench's is its reference mean / "
              "candidate mean over its timing trials, the reference timed after the candidate.",
-             _cost_line(result["problems"]), "",
+             _cost_line(result["problems"], result.get("wall_s"), result["settings"].get("jobs", 1)), "",
              "| problem | kernellab | KernelBench | kernellab vs eager | KernelBench vs reference | agreement | note |",
              "|---|---|---|---|---|---|---|"]
     for r in result["problems"]:
@@ -194,14 +205,18 @@ def to_markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cost_line(rows: list[dict]) -> str:
+def _cost_line(rows: list[dict], wall_s: float | None = None, jobs: int = 1) -> str:
     """How many KernelBench runs this cross-check made and their wall time (a verdict kept from an earlier
     cross-check cost nothing here): what judging the rest of a suite will cost in device time."""
     ran = [kb["seconds"] for r in rows if (kb := r.get("kernelbench") or {}).get("seconds") is not None
            and "kept_from" not in kb]
     kept = sum(1 for r in rows if "kept_from" in (r.get("kernelbench") or {}))
+    alone = sum(1 for r in rows if (r.get("kernelbench") or {}).get("rerun_alone"))
+    took = f"; the cross-check's wall time {wall_s:.0f} s" if wall_s is not None else ""
+    together = f" with --jobs {jobs} ({alone} judged again alone)" if jobs > 1 else ""
     return (f"KernelBench ran {len(ran)} times here, {sum(ran):.0f} s in all"
-            + (f" (mean {sum(ran) / len(ran):.1f} s)" if ran else "") + f"; {kept} verdicts kept from earlier.")
+            + (f" (mean {sum(ran) / len(ran):.1f} s)" if ran else "") + f"{took}{together}; "
+            f"{kept} verdicts kept from earlier.")
 
 
 # -- running KernelBench (a child process per problem) --------------------------------------------------------
@@ -220,11 +235,65 @@ def import_kernelbench(kb: Path) -> Any:
     return kb_eval
 
 
+class _GpuTurn:
+    """The GPU, one KernelBench child at a time: an exclusive ``flock`` on a file the parent names, held for
+    the child's whole run but the problem's ``get_inputs()`` (KernelBench draws inputs on the CPU, then moves
+    them). So while one child compiles, checks or times on the GPU, the others can only be drawing inputs.
+    ``device_inputs``: a ``get_inputs()`` returned a tensor off the CPU, i.e. used the GPU outside its turn
+    (the parent judges that run again alone)."""
+
+    def __init__(self, path: str) -> None:
+        import fcntl
+
+        self._flock, self._f = fcntl, open(path, "a")  # noqa: SIM115 - held for the process's life
+        self.wait_s = 0.0
+        self.device_inputs = False
+
+    def acquire(self) -> None:
+        t0 = time.monotonic()
+        self._flock.flock(self._f, self._flock.LOCK_EX)
+        self.wait_s += time.monotonic() - t0
+
+    def release(self) -> None:
+        self._flock.flock(self._f, self._flock.LOCK_UN)
+
+    def around_inputs(self, get_inputs: Callable) -> Callable:
+        def drawn_off_turn(*args: Any, **kwargs: Any) -> Any:
+            self.release()
+            try:
+                out = get_inputs(*args, **kwargs)
+            finally:
+                self.acquire()
+            if any(getattr(getattr(x, "device", None), "type", "cpu") != "cpu" for x in out or []):
+                self.device_inputs = True
+            return out
+
+        return drawn_off_turn
+
+
+def _take_turns(kb_eval: Any, turn: _GpuTurn) -> None:
+    """KernelBench's loader hands the problem's ``get_inputs`` to every place that draws inputs: wrap it there."""
+    load = kb_eval.load_original_model_and_inputs
+
+    def load_taking_turns(src: str, context: dict) -> Any:
+        got = load(src, context)
+        if got is None or got[2] is None:
+            return got
+        model, get_init_inputs, get_inputs = got
+        return model, get_init_inputs, turn.around_inputs(get_inputs)
+
+    kb_eval.load_original_model_and_inputs = load_taking_turns
+
+
 def _child(job_path: str) -> None:
     job = json.loads(Path(job_path).read_text())
     kb_eval = import_kernelbench(Path(job["kernelbench"]))
     precision = kb_eval.get_torch_dtype_from_string(job["precision"])
     out: dict[str, Any] = {}
+    turn = _GpuTurn(job["gpu_turn"]) if job.get("gpu_turn") else None
+    if turn is not None:
+        _take_turns(kb_eval, turn)
+        turn.acquire()
     try:
         res = None
         for _ in range(2):  # None = KernelBench's "lock file error, please retry"
@@ -249,34 +318,134 @@ def _child(job_path: str) -> None:
                 out["speedup"] = out["ref_runtime"] / out["runtime"]
     except Exception as exc:  # an exception of the harness itself, not a verdict
         out = {"compiled": None, "correctness": None, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+    finally:
+        if turn is not None:
+            turn.release()
+            out.update(gpu_wait_s=round(turn.wait_s, 1), device_inputs=turn.device_inputs)
     Path(job["out"]).write_text(json.dumps(out, default=str))
 
 
-def run_kernelbench(row: dict, kb: Path, trials: int, perf_trials: int, timing_method: str, timeout_s: float) -> dict:
+def run_kernelbench(row: dict, kb: Path, trials: int, perf_trials: int, timing_method: str, timeout_s: float,
+                    gpu_turn: str | None = None) -> dict:
     """KernelBench's verdict on ``row``'s source, from a child process, with ``seconds``: the run's wall time
-    (what the cross-check of a whole suite costs in device time, run by run)."""
+    (what the cross-check of a whole suite costs in device time, run by run; beside other runs, ``gpu_wait_s``
+    of it went to waiting for the GPU's turn)."""
     t0 = time.monotonic()
-    out = _run_kernelbench(row, kb, trials, perf_trials, timing_method, timeout_s)
+    out = _run_kernelbench(row, kb, trials, perf_trials, timing_method, timeout_s, gpu_turn)
     return {**out, "seconds": round(time.monotonic() - t0, 1)}
 
 
-def _run_kernelbench(row: dict, kb: Path, trials: int, perf_trials: int, timing_method: str, timeout_s: float) -> dict:
+# the KernelBench children running now: an interrupted cross-check stops them (their verdicts are not kept)
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+
+
+def _stop_children() -> None:
+    with _LIVE_LOCK:
+        _STOPPING.set()  # a child started from now on is stopped as it starts
+        for p in _LIVE:
+            with contextlib.suppress(OSError):
+                p.send_signal(signal.SIGKILL)
+
+
+def _run_kernelbench(row: dict, kb: Path, trials: int, perf_trials: int, timing_method: str, timeout_s: float,
+                     gpu_turn: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="kb-crosscheck-") as tmp:
         job = {"kernelbench": str(kb), "reference": row["reference"], "source": row["source"],
                "precision": PRECISIONS.get(row["dtype"], "fp32"), "trials": trials, "perf_trials": perf_trials,
-               "timing_method": timing_method, "build_dir": str(Path(tmp) / "build"), "out": str(Path(tmp) / "out.json")}
+               "timing_method": timing_method, "build_dir": str(Path(tmp) / "build"), "out": str(Path(tmp) / "out.json"),
+               "gpu_turn": gpu_turn}
         Path(tmp, "job.json").write_text(json.dumps(job))
+        p = subprocess.Popen([sys.executable, __file__, "--_child", str(Path(tmp, "job.json"))], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=tmp)
+        with _LIVE_LOCK:
+            _LIVE.add(p)
+            if _STOPPING.is_set():
+                p.kill()
         try:
-            p = subprocess.run([sys.executable, __file__, "--_child", str(Path(tmp, "job.json"))], capture_output=True,
-                               text=True, timeout=timeout_s, cwd=tmp)
+            stdout, stderr = p.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
             return {"compiled": None, "correctness": None, "error": f"KernelBench run timed out after {timeout_s:.0f} s"}
+        except BaseException:  # an interrupt: the child goes with it
+            p.kill()
+            p.wait()
+            raise
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(p)
         out = Path(job["out"])
         if not out.exists():
-            tail = (p.stderr or p.stdout or "").strip().splitlines()[-3:]
+            tail = (stderr or stdout or "").strip().splitlines()[-3:]
             return {"compiled": None, "correctness": None,
                     "error": f"KernelBench's process ended with code {p.returncode}: {' / '.join(tail)}"[:2000]}
         return json.loads(out.read_text())
+
+
+_OOM = re.compile(r"out of memory", re.IGNORECASE)
+
+
+def alone_reason(kb: dict) -> str | None:
+    """Why a run made beside others is judged again alone, or None: it ran out of memory (the others held
+    theirs), or its problem's ``get_inputs()`` used the GPU outside its turn."""
+    if kb.get("device_inputs"):
+        return "get_inputs() used the GPU outside the run's turn"
+    if _OOM.search(kb.get("error") or ""):
+        return "out of memory beside other KernelBench runs"
+    return None
+
+
+def judge_all(todo: list[dict], run: Callable[[dict, str | None], dict], jobs: int, turn_file: str,
+              report: Callable[[dict], None] = lambda row: None) -> bool:
+    """``row["kernelbench"] = run(row, gpu_turn)`` for each row of ``todo``, ``jobs`` at a time (taking turns on
+    the GPU through ``turn_file``; one at a time: no turns), then again alone where :func:`alone_reason` says.
+    Returns whether it was interrupted: a row judged after the interrupt keeps no verdict (the children
+    were stopped mid-run)."""
+    if jobs <= 1:
+        for row in todo:
+            try:
+                row["kernelbench"] = run(row, None)
+            except KeyboardInterrupt:
+                return True
+            report(row)
+        return False
+    stop = threading.Event()
+
+    def one(row: dict) -> None:
+        if stop.is_set():
+            return
+        got = run(row, turn_file)
+        if not stop.is_set():
+            row["kernelbench"] = got
+            report(row)
+
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kb-crosscheck")
+    _STOPPING.clear()
+    try:
+        pending = {pool.submit(one, row) for row in todo}
+        while pending:  # in short waits: a SIGINT reaches the main thread between them
+            done, pending = wait(pending, timeout=0.5)
+            for f in done:
+                f.result()
+    except KeyboardInterrupt:
+        stop.set()
+        _stop_children()
+        pool.shutdown(wait=True, cancel_futures=True)
+        return True
+    pool.shutdown()
+    for row in todo:
+        why = alone_reason(row.get("kernelbench") or {})
+        if why is None:
+            continue
+        try:
+            row["kernelbench"] = {**run(row, None), "rerun_alone": why}
+        except KeyboardInterrupt:
+            row.pop("kernelbench", None)
+            return True
+        report(row)
+    return False
 
 
 def _kb_commit(kb: Path) -> str:
@@ -306,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--perf-trials", type=int, default=100, help="KernelBench timing trials [100]")
     ap.add_argument("--timing-method", default="cuda_event")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per KernelBench run [900]")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="KernelBench runs at once, taking turns on the GPU: only drawing inputs overlaps [1]")
     ap.add_argument("--out-dir", default=str(ROOT / "experiments" / "results"))
     ap.add_argument("--keep", default=None, metavar="JSON",
                     help="an earlier cross-check's JSON: its KernelBench verdicts of the same evaluations are kept, not "
@@ -358,31 +529,42 @@ def _main(args: argparse.Namespace) -> int:
     if not rows:
         raise CrosscheckError(f"{args.db}: no finished campaign" + (f" with config hash {args.config_hash}"
                                                                     if args.config_hash else ""))
+    if args.jobs < 1:
+        raise CrosscheckError(f"--jobs {args.jobs}: must be 1 or more")
     kept = kept_verdicts(Path(args.keep)) if args.keep else {}
-    interrupted = False
-    for k, r in enumerate(rows, 1):
+    todo = []
+    for r in rows:
         known = kept.get(_judged(r))
         if known is not None:
             r["kernelbench"] = {**known, "kept_from": args.keep}
-        elif r["source"] is not None and not interrupted:
-            try:
-                r["kernelbench"] = run_kernelbench(r, kb, args.trials, args.perf_trials, args.timing_method,
-                                                   args.timeout)
-            except KeyboardInterrupt:  # a device call's time is up: the verdicts so far are written, the rest kept
-                interrupted = True
-        if interrupted:
-            r.setdefault("kernelbench", {"correctness": None, "error": "not run: interrupted"})
-            continue
+        elif r["source"] is not None:
+            todo.append(r)
+    index = {id(r): k for k, r in enumerate(rows, 1)}
+
+    def report(r: dict) -> None:
         kbv = r["kernelbench"] or {}
-        took = f" ({kbv['seconds']:.0f} s)" if kbv.get("seconds") is not None and "kept_from" not in kbv else ""
-        print(f"kb_crosscheck: {k}/{len(rows)} {r['problem']}: kernellab {r['kernellab']['status']}, "
-              f"KernelBench {kbv.get('correctness', '-')}{took}", file=sys.stderr)
+        took = f" ({kbv['seconds']:.0f} s)" if kbv.get("seconds") is not None else ""
+        again = f", again alone: {kbv['rerun_alone']}" if kbv.get("rerun_alone") else ""
+        print(f"kb_crosscheck: {index[id(r)]}/{len(rows)} {r['problem']}: kernellab {r['kernellab']['status']}, "
+              f"KernelBench {kbv.get('correctness', '-')}{took}{again}", file=sys.stderr)
+
+    def run(r: dict, turn: str | None) -> dict:
+        return run_kernelbench(r, kb, args.trials, args.perf_trials, args.timing_method, args.timeout, turn)
+
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kb-crosscheck-turn-") as tmp:
+        # a device call's time is up (SIGINT): the verdicts so far are written, the rest marked to run next time
+        interrupted = judge_all(todo, run, args.jobs, str(Path(tmp) / "gpu.lock"), report)
+    wall = round(time.monotonic() - t0, 1)
+    for r in todo:
+        r.setdefault("kernelbench", {"correctness": None, "error": "not run: interrupted"})
     counts = compare(rows)
     stamp = dt.datetime.now(dt.timezone.utc)
     device = env.device_name("cuda")
     result = {"db": args.db, "settings": {"num_correct_trials": args.trials, "num_perf_trials": args.perf_trials,
                                           "timing_method": args.timing_method, "backend": "triton",
-                                          "config_hash": args.config_hash},
+                                          "config_hash": args.config_hash, "jobs": args.jobs},
+              "wall_s": wall,
               "environment": {"date": stamp.isoformat(timespec="seconds"), "device": device, "versions": env.versions(),
                               "kernelbench": str(kb), "kernelbench_commit": _kb_commit(kb)},
               "agreement": counts,

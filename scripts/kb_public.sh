@@ -2,11 +2,13 @@
 # Issue 31's public-suite run (KernelBench level 1 and 2 at budget 4), one device call of many.
 #   KB_DB_GZ=experiments/results/<...>.db.gz  the last call's database, carried in the tree: the bench resumes it
 #   KB_TIMEOUT=S   SIGINT to the bench at S seconds (it saves and stops), SIGKILL 30 s later [420]; 0: no bench
+#                  (with KB_CROSSCHECK: the cross-check of the database alone)
 #   KB_JOBS=N      campaigns at once [8]     KB_SUITE   [.kb/level[12]/*.py]
 #   KB_WARM_DB=1   resume /tmp/kb-public.db where an earlier call on this still-warm machine left it
 #   SOLO=FILE      first, one timed `kernellab run FILE --budget 4` and where its time went
 #   KB_CROSSCHECK=S  then experiments/kb_crosscheck.py on the database for at most S seconds; KB_KEEP=JSON (an
-#                  earlier cross-check's, in the tree) keeps its verdicts of the same evaluations
+#                  earlier cross-check's, in the tree) keeps its verdicts of the same evaluations;
+#                  KB_CROSSCHECK_JOBS=N KernelBench runs at once, taking turns on the GPU [1]
 # The database comes back gzipped in $OUT (kb-public.db.gz), with the bench's pages and log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +32,7 @@ for line in sys.stdin:
   $PY experiments/campaign_steps.py solo --db "$OUT/solo.db" 2>&1 | tee -a "$OUT/solo.log"
   gzip -f "$OUT/solo.db"
 fi
-[ "${KB_TIMEOUT:-420}" = 0 ] && exit 0  # the solo run alone
+[ "${KB_TIMEOUT:-420}" = 0 ] && [ -z "${KB_CROSSCHECK:-}" ] && exit 0  # the solo run alone
 db=/tmp/kb-public.db
 src=${KB_DB_GZ:-none}
 # a machine still warm from the last call keeps its database there, newer than the one in the tree
@@ -40,6 +42,7 @@ else
   rm -f "$db"
   [ -n "${KB_DB_GZ:-}" ] && [ -f "$KB_DB_GZ" ] && gunzip -c "$KB_DB_GZ" > "$db"
 fi
+if [ "${KB_TIMEOUT:-420}" != 0 ]; then  # 0 with KB_CROSSCHECK: the cross-check alone, of the database as it is
 echo "kb_public: bench start $(date -u +%H:%M:%S), resuming: $src"
 timeout -s INT -k 30 "${KB_TIMEOUT:-420}" $PY -m kernellab.cli bench "${KB_SUITE:-.kb/level[12]/*.py}" --budget 4 \
   --jobs "${KB_JOBS:-8}" --db "$db" --name kb-public --out-dir "$OUT" > "$OUT/kb-bench.log" 2>&1
@@ -54,8 +57,9 @@ sys.path.insert(0, 'experiments')
 import bench_throughput as bt
 for r in bt.memory_by_problem(sqlite3.connect(sys.argv[1]))[:15]:
     print(json.dumps(r))" "$db" > "$OUT/memory-by-problem.jsonl" 2>&1 || true
+fi
 if [ -n "${KB_CROSSCHECK:-}" ]; then
   keep=(); [ -n "${KB_KEEP:-}" ] && keep=(--keep "$KB_KEEP")
   timeout -s INT "$KB_CROSSCHECK" $PY experiments/kb_crosscheck.py --db "$db" --kernelbench "$PWD/.kb" --out-dir "$OUT" \
-    "${keep[@]}" 2>&1 | tail -n 12
+    --jobs "${KB_CROSSCHECK_JOBS:-1}" "${keep[@]}" 2>&1 | tail -n 12
 fi

@@ -216,3 +216,145 @@ def test_keep_reuses_an_earlier_verdict_of_the_same_evaluation_only(bench_db: Pa
     assert kept == {(relu["problem_id"], "exported", relu["kernellab"]["evaluation_id"]): verdict}
     with pytest.raises(kbx.CrosscheckError, match="no such file"):
         kbx.kept_verdicts(tmp_path / "nope.json")
+
+
+# -- --jobs: KernelBench runs side by side, taking turns on the GPU -----------------------------------------
+def _held_elsewhere(path: Path) -> bool:
+    """Whether another open file description holds ``path``'s flock now (what a second child would see)."""
+    import fcntl
+
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def test_a_gpu_turn_is_given_up_only_while_inputs_are_drawn(tmp_path: Path) -> None:
+    lock = tmp_path / "gpu.lock"
+    turn = kbx._GpuTurn(str(lock))
+    seen = []
+
+    def get_inputs() -> list:
+        seen.append(_held_elsewhere(lock))
+        return [torch.rand(4)]
+
+    turn.acquire()
+    assert _held_elsewhere(lock)
+    drawn = turn.around_inputs(get_inputs)()
+    assert seen == [False] and _held_elsewhere(lock) and not turn.device_inputs and drawn[0].shape == (4,)
+    # inputs made on a device were made outside the turn: the parent judges that run again alone
+    turn.around_inputs(lambda: [torch.empty(2, device="meta")])()
+    assert turn.device_inputs and kbx.alone_reason({"device_inputs": True})
+    turn.release()
+    assert not _held_elsewhere(lock)
+
+
+KB_DIR = Path(os.environ.get("KERNELBENCH_DIR") or ROOT.parent / "shared" / "kernelbench")
+
+
+@pytest.mark.skipif(not (KB_DIR / "src" / "kernelbench" / "eval.py").is_file(), reason=f"no KernelBench at {KB_DIR}")
+def test_kernelbenchs_own_loader_hands_out_the_turn_taking_get_inputs(tmp_path: Path) -> None:
+    # KernelBench's 19_ReLU at a tiny size, its get_inputs() reporting whether the GPU's turn is free while it
+    # draws; in a child, since KernelBench's import puts stand-ins for openai and litellm in sys.modules
+    lock = tmp_path / "gpu.lock"
+    src = (KB_DIR / "level1" / "19_ReLU.py").read_text()
+    src = src.replace("batch_size = 4096", "batch_size = 2").replace("dim = 393216", "dim = 8") + f"""
+import fcntl as _fcntl
+_drawn = get_inputs
+def get_inputs():
+    with open({str(lock)!r}, "a") as f:
+        try:
+            _fcntl.flock(f, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
+            _fcntl.flock(f, _fcntl.LOCK_UN)
+            print("inside: free")
+        except BlockingIOError:
+            print("inside: held")
+    return _drawn()
+"""
+    (tmp_path / "problem.py").write_text(src)
+    code = f"""
+import fcntl, importlib.util
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("kbx", {str(SCRIPT)!r})
+kbx = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(kbx)
+kb_eval = kbx.import_kernelbench(Path({str(KB_DIR)!r}))
+turn = kbx._GpuTurn({str(lock)!r})
+kbx._take_turns(kb_eval, turn)
+turn.acquire()
+model, get_init_inputs, get_inputs = kb_eval.load_original_model_and_inputs(
+    Path({str(tmp_path / "problem.py")!r}).read_text(), {{}})
+x = get_inputs()
+with open({str(lock)!r}, "a") as f:
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        print("after: free")
+    except BlockingIOError:
+        print("after: held")
+print("inputs", tuple(x[0].shape), turn.device_inputs)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == ["inside: free", "after: held", "inputs (2, 8) False"], r.stdout
+
+
+def _rows(n: int) -> list[dict]:
+    return [{"problem": f"p{i}"} for i in range(n)]
+
+
+def test_judge_all_runs_side_by_side_and_judges_an_out_of_memory_again_alone() -> None:
+    # `run` stands in for KernelBench's child (CUDA-only); judge_all's own scheduling is what runs here
+    import threading
+    import time
+
+    live, most, calls = [0], [0], []
+    guard = threading.Lock()
+
+    def run(row: dict, turn: str | None) -> dict:
+        with guard:
+            live[0] += 1
+            most[0] = max(most[0], live[0])
+            calls.append((row["problem"], turn))
+        time.sleep(0.2)
+        with guard:
+            live[0] -= 1
+        if row["problem"] == "p2" and turn is not None:
+            return {"correctness": False, "error": "runtime_error: CUDA out of memory. Tried to allocate 6.00 GiB"}
+        return {"correctness": True, "seconds": 0.2}
+
+    rows = _rows(6)
+    assert kbx.judge_all(rows, run, 3, "/tmp/turn.lock") is False
+    assert most[0] == 3 and [t for _, t in calls[:6]] == ["/tmp/turn.lock"] * 6
+    assert calls[6:] == [("p2", None)]  # alone, after the others
+    assert rows[2]["kernelbench"] == {"correctness": True, "seconds": 0.2,
+                                      "rerun_alone": "out of memory beside other KernelBench runs"}
+    assert all(r["kernelbench"]["correctness"] for r in rows)
+    # one at a time: no turns to take, nothing judged twice
+    calls.clear()
+    rows = _rows(3)
+    assert kbx.judge_all(rows, run, 1, "/tmp/turn.lock") is False
+    assert calls == [("p0", None), ("p1", None), ("p2", None)]
+
+
+def test_judge_all_interrupted_keeps_only_the_verdicts_finished_before() -> None:
+    import os
+    import signal
+    import threading
+    import time
+
+    def run(row: dict, turn: str | None) -> dict:
+        if row["problem"] == "p0":
+            return {"correctness": True}
+        time.sleep(1.5)  # still running at the interrupt
+        return {"correctness": True}
+
+    rows = _rows(4)
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t0 = time.monotonic()
+    assert kbx.judge_all(rows, run, 2, "/tmp/turn.lock") is True
+    assert time.monotonic() - t0 < 3.0  # the runs not started were cancelled
+    assert rows[0]["kernelbench"] == {"correctness": True}
+    assert [("kernelbench" in r) for r in rows[1:]] == [False, False, False]
