@@ -13,7 +13,9 @@ eager and torch.compile, geomean speedups over the correct problems and over all
 unfinished = 1.0x), failures by class. Added here: "correct" (a correct candidate of any kind, own-kernel
 winner or not), the share of problems with a correct own-kernel winner against the 90% target, and per
 problem without one a classified reason (not finished / no correct candidate, with the dominant error class
-and its error text / a library-only winner / an own-kernel share below 0.5 / a failed winner re-timing).
+and its error text / a library-only winner / an own-kernel share below 0.5 / a failed winner re-timing). A
+library-only or low-share miss also names the best correct candidate of ours that would have counted but was
+slower (``own_kernel_candidate``), or, with none, what became of our own candidates.
 
 Families by :func:`family`: the file name (a level-2 file by its first op), the Model's ops when the name
 says nothing. Writes ``<date>-<device>-<name>-families.md`` and ``.json`` under ``--out-dir``; exit 2 on bad
@@ -185,16 +187,24 @@ def miss(store: Any, camp: dict | None, row: dict, objective: str) -> dict:
         return {"kind": "not_finished", "reason": text}
     nc = row.get("not_counted")
     if nc:
+        slower = _slower_own(store, camp["id"], row["problem_id"], objective, nc.get("candidate_id"))
+        more = "" if slower is None else (
+            f"; a slower correct candidate of ours carries {slower['own_kernel_share']:.2f} of its GPU time, at "
+            f"{_f(slower.get(objective), '{:.2f}x')} {objective.removeprefix('speedup_')} in its own evaluation "
+            f"({slower['action'] or 'seed'})")
+        extra = {} if slower is None else {"own_kernel_candidate": slower}
         if nc["reason"] == "library_only":
             own = store.reported_best(camp["id"], row["problem_id"], objective, library=False)
-            detail = ("no correct candidate runs kernels of its own" if not own else
-                      f"the best own-kernel candidate's share is {own[0]['own_kernel_share'] or 0:.2f} < "
-                      f"{KERNEL_WIN_SHARE:g}")
-            return {"kind": "library_only", "reason": f"correct, but the winner is library-only: {detail}"}
+            detail = (f"no correct candidate runs kernels of its own ({_own_failures(store, camp['id'])})" if not own
+                      else f"the best own-kernel candidate's share is {own[0]['own_kernel_share'] or 0:.2f} < "
+                           f"{KERNEL_WIN_SHARE:g}")
+            return {"kind": "library_only", "reason": f"correct, but the winner is library-only: {detail}{more}",
+                    **extra}
         share = nc.get("own_kernel_share")
         return {"kind": "low_share",
                 "reason": f"correct, but the best own-kernel candidate runs {'?' if share is None else f'{share:.2f}'} "
-                          f"of its GPU time in its own kernels (kernel win share below {KERNEL_WIN_SHARE:g})"}
+                          f"of its GPU time in its own kernels (kernel win share below {KERNEL_WIN_SHARE:g}){more}",
+                **extra}
     full = store.evaluations(campaign_id=camp["id"], kind=Kind.FULL)
     if not full:
         return {"kind": "no_evaluation", "reason": "finished without evaluating a candidate"}
@@ -212,6 +222,37 @@ def miss(store: Any, camp: dict | None, row: dict, objective: str) -> dict:
     return {"kind": "no_correct", "error_class": cls,
             "reason": f"no correct candidate: {cls} in {k} of {len(full)} evaluation(s)"
                       + (f": {_one_line(text)}" if _one_line(text) else "")}
+
+
+def _slower_own(store: Any, campaign_id: str, problem_id: str, objective: str, winner: str | None) -> dict | None:
+    """The best correct candidate that would be a kernel win but lost to a faster one that is not (a library
+    call, or ours around a library call): the kernel work that problem needs is speed, not correctness."""
+    from kernellab.vocab import Kind, Status, counts_as_kernel_win
+
+    ok = [e for e in store.evaluations(campaign_id=campaign_id, kind=Kind.FULL)
+          if e["status"] == Status.CORRECT and counts_as_kernel_win(e) and e.get(objective) is not None
+          and e["candidate_id"] != winner]  # (the winner's share is its re-timing's, near the line at times)
+    if not ok:
+        return None
+    best = max(ok, key=lambda e: e[objective])
+    action = next((c["action"] for c in store.candidates(campaign_id, problem_id) if c["id"] == best["candidate_id"]),
+                  None)
+    return {"candidate_id": best["candidate_id"], "own_kernel_share": best["own_kernel_share"] or 0.0,
+            objective: best[objective], "action": action}
+
+
+def _own_failures(store: Any, campaign_id: str) -> str:
+    """What became of the candidates that run kernels of their own, by status or error class."""
+    from kernellab.vocab import Kind
+
+    counts: dict[str, int] = {}
+    for e in store.evaluations(campaign_id=campaign_id, kind=Kind.FULL):
+        if not e["library_only"]:
+            key = e["error_class"] or e["status"]
+            counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return "none was evaluated"
+    return "ours: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def read(stores: list[Any], suite: str, config_hash: str | None = None, allow_library: bool = False) -> dict:
@@ -343,6 +384,14 @@ def to_markdown(result: dict) -> str:
     for r in result["table"]:
         name = f"**{r['label']}**" if r["family"] == "all" else r["label"]
         lines.append(f"| {name} | " + " | ".join(str(r["misses"].get(k, 0)) for k in kinds) + " |")
+    slower = [m for m in result["misses"] if m.get("own_kernel_candidate")]
+    if slower:
+        key = result["objective"]
+        beat = sum(1 for m in slower if (m["own_kernel_candidate"].get(key) or 0) > 1.0)
+        lines += ["", f"{len(slower)} of the library-only and low-share misses have a slower correct candidate of ours "
+                      f"that carries at least {KERNEL_WIN_SHARE:g} of its GPU time ({beat} of them faster than "
+                      f"{key.removeprefix('speedup_')} in their own evaluation): a faster own kernel, not a correct one, "
+                      "is what those problems lack."]
     lines += ["", "## Misses", ""]
     lines += [f"- `{m['problem']}` ({LABELS[m['family']]}): {m['reason']}" for m in result["misses"]] or ["none"]
     lines += ["", "## Families", "", "By `kb_families.family`: the file name's leftmost op word (a level-2 file by "

@@ -134,6 +134,7 @@ def bench_db(tmp_path_factory: pytest.TempPathFactory) -> dict:
                                 "details": {"winner_retime": {"band": {}}}}, kind="retime")
     # conv+epilogue: a correct candidate below the kernel-win share; an interrupted campaign with its error
     _eval(store, *c["conv2d"][:2], "cudnn-ish", **_ok(1.1, 1.0, own_kernel_share=0.3))
+    _eval(store, *c["conv2d"][:2], "all-ours", **_ok(0.6, 0.5, own_kernel_share=0.9))  # correct, slower
     _eval(store, *c["conv_bn_relu"][:2], "partial", **_ok(1.3, 1.1))
     store.add_event(c["conv_bn_relu"][0], "error", {"error": "RuntimeError: the sandbox went away\nmore"})
     # other: finished with nothing evaluated; pooling (maxpool2d): never run
@@ -190,6 +191,11 @@ def test_each_miss_carries_its_reason(bench_db: dict) -> None:
     assert bmm["reason"].endswith("AssertionError: output 0: max abs err 3.1 > atol 1e-05")  # a traceback's last line
     assert "re-timing failed: infra:oom: CUDA out of memory" in misses["gemm_bf16"]["reason"]
     assert "0.30" in misses["conv2d"]["reason"] and "below 0.5" in misses["conv2d"]["reason"]
+    assert misses["conv2d"]["reason"].endswith("a slower correct candidate of ours carries 0.90 of its GPU time, "
+                                               "at 0.60x eager in its own evaluation (seed)")
+    assert misses["conv2d"]["own_kernel_candidate"]["speedup_eager"] == pytest.approx(0.6)
+    assert "own_kernel_candidate" not in misses["gemm_skinny"]  # its only own candidate carries 0.2
+    assert "1 of the library-only and low-share misses have a slower correct candidate of ours" in fam.to_markdown(result)
     assert misses["conv_bn_relu"]["reason"] == ("not finished (stopped); 1 evaluation(s) so far, 1 correct; "
                                                 "RuntimeError: the sandbox went away")
     assert misses["maxpool2d"]["reason"] == "not finished (not run)"
@@ -247,3 +253,14 @@ def test_shard_databases_are_scored_together(bench_db: dict) -> None:
     bench = bench_summary(bench_db["suite"], stores, TINY_KW, out_dir=bench_db["tmp"] / "summary2")[0]["summary"]
     assert {k: v for k, v in t["all"].items() if k in bench} == bench
     assert "maxpool2d" not in {m["problem"] for m in fam.build(stores, bench_db["suite"])["misses"]}
+
+
+def test_a_library_only_miss_says_what_became_of_our_own_candidates(tmp_path: Path) -> None:
+    store = Store(tmp_path / "b.db")
+    cid, pid, _ = _campaign(store, WRITTEN[0], "h")
+    _eval(store, cid, pid, "cudnn", **_ok(1.0, 1.0, library_only=True, own_kernel_share=0.0))
+    assert fam._own_failures(store, cid) == "none was evaluated"
+    _eval(store, cid, pid, "tf32rn", status="incorrect", error_class="mismatch", error_text="trial 3")
+    _eval(store, cid, pid, "tf32x3", status="incorrect", error_class="mismatch", error_text="trial 0")
+    _eval(store, cid, pid, "broken", status="compile_error", error_text="SyntaxError")
+    assert fam._own_failures(store, cid) == "ours: mismatch 2, compile_error 1"
