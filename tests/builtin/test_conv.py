@@ -686,3 +686,22 @@ def test_a_parent_judged_on_the_cpu_gets_no_tf32rn_child():
 
     assert "tf32rn" not in offered(1) and "ieee" in offered(1)
     assert "tf32rn" in offered(0)
+
+
+@pytest.mark.parametrize("layer, shape", [("Conv2d(8, 8, 3, groups=8)", (2, 8, 6, 6)),
+                                          ("ConvTranspose2d(8, 8, 3, groups=8)", (2, 8, 5, 5))])
+def test_a_depthwise_conv_gets_one_precision_child(layer, shape):
+    """Narrower than DOT_MIN_N channels a group, the conv takes the FMA path, exact fp32 whatever the dot precision:
+    tf32rn and tf32x3 children would be one conv twice (KernelBench's 83 and 85 spent half their budget so)."""
+    from kernellab.agents.builtin import Precision, candidate_actions
+
+    p = _conv_problem(layer, "        return self.conv(x)", shape)
+    b, grp = _conv_group(p)
+    precisions = [a for a, gid in candidate_actions(p, b) if gid == grp.id and isinstance(a, Precision)]
+    assert precisions == [Precision(grp.id, "ieee")]
+    assert "USE_DOT" in build(p, precisions).source and "use_dot = cout_g >= int(cfg.get(\"DOT_MIN_N\", 8))" in \
+        build(p, precisions).source
+    wide = _conv_problem("Conv2d(8, 16, 3)", "        return self.conv(x)", (2, 8, 6, 6))
+    b, grp = _conv_group(wide)
+    assert {a.precision for a, gid in candidate_actions(wide, b) if gid == grp.id and isinstance(a, Precision)} >= {
+        "tf32rn", "ieee"}

@@ -47,7 +47,8 @@ from . import conv_template as T
 from .gemm import KernelSource
 from .template import indent, render, stmts
 
-__all__ = ["ConvSpec", "ConvOperand", "conv_kernel", "CONV_OPERAND_KINDS", "REDUCTIONS", "TF32_REFERENCE_MODES"]
+__all__ = ["ConvSpec", "ConvOperand", "conv_kernel", "CONV_OPERAND_KINDS", "DOT_MIN_N", "REDUCTIONS",
+           "TF32_REFERENCE_MODES"]
 
 CONV_OPERAND_KINDS = ("tensor", "scalar")
 _DTYPES = ("float32", "float16", "bfloat16")
@@ -57,6 +58,8 @@ _RESERVED = {"acc", "mask_n", "tl", "triton", "torch", "math"}
 # "first" (channel axis only): the epilogue already made one value per pixel (a logsumexp over the
 # channels...), broadcast along the row; the store keeps column 0
 REDUCTIONS = (None, "sum", "mean", "amax", "amin", "first")
+# channel groups narrower than this (the default config's) take the FMA path, exact fp32 at any dot precision
+DOT_MIN_N = 8
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,7 @@ def default_config(spec: ConvSpec) -> dict[str, Any]:
     # 128 pixels x 64 channels x 32 taps: Cout of the KernelBench convs is 16-128, and K = Cin*taps is
     # often < 100, so wider channel tiles or deeper K steps would mostly be masked
     return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3,
-            "DOT_MIN_N": 8}
+            "DOT_MIN_N": DOT_MIN_N}
 
 
 def space(spec: ConvSpec) -> dict[str, list]:
