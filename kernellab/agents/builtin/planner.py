@@ -17,7 +17,8 @@ Precision rule: ``ieee`` is always offered where the candidate runs something el
 where ``codegen.tf32x3_ok`` admits it; plain ``tf32`` only where ``codegen.allow_tf32`` does (never
 at fp32 1e-4). An fp32 conv group is also offered ``tf32rn`` (the TF32 rounding of cuDNN's conv, the
 GPU reference's numerics); any Precision on a conv group pins our own conv where the seed's would
-follow a cuDNN TF32 reference with cuDNN itself.
+follow a cuDNN TF32 reference with cuDNN itself. A depthwise conv group (the FMA path, exact fp32 at any
+precision) is offered ``ieee`` alone.
 """
 
 from __future__ import annotations
