@@ -11,6 +11,7 @@ sample so that a problem whose inputs must stay positive (a log, a sqrt) keeps t
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -233,13 +234,19 @@ def check_structure(ref: list[torch.Tensor], out: Any, device: torch.device | No
 # the tolerance is at most ANCHOR_FACTOR times the fp32 reference's own error. The ``problem`` trial
 # (KernelBench's own inputs) is never anchored: there the plain allclose decides.
 ANCHOR_FACTOR = 2.0
+# The anchor measures the candidate by the fp32 reference's distance from the fp64 one, so that distance must be
+# rounding, not another computation: a forward that draws random numbers (dropout) may draw them differently in
+# float64 (another kernel, another vector width), and the fp32 reference then sits O(1) away, which would admit
+# any candidate within twice that. Rounding error stays far below this relative L2 norm (cuDNN's TF32 convs:
+# about 1e-3); past it the anchor does not vouch and the plain comparison stands.
+ANCHOR_TRUST = 1e-2
 
 
 def anchored(ref64: torch.Tensor, ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> dict[str, Any]:
     """Judge ``out`` against the fp64 reference ``ref64``, by the fp32 reference ``ref``'s own error."""
     r64 = ref64.detach().reshape(-1)
     r32, o = ref.detach().reshape(-1), out.detach().reshape(-1)
-    ref_err = cand_excess = 0.0
+    ref_err = cand_excess = err_sq = ref_sq = 0.0
     finite = True
     for lo in range(0, max(r64.numel(), 1), _CHUNK):
         a = r64[lo:lo + _CHUNK].double()
@@ -251,9 +258,14 @@ def anchored(ref64: torch.Tensor, ref: torch.Tensor, out: torch.Tensor, atol: fl
             finite = False
             break
         ref_err = max(ref_err, float((b - a).abs().max()))
+        err_sq += float(((b - a) ** 2).sum())
+        ref_sq += float((a ** 2).sum())
         cand_excess = max(cand_excess, float(((c - a).abs() - (atol + rtol * a.abs())).max()))
-    ok = finite and cand_excess <= ANCHOR_FACTOR * ref_err
-    return {"ok": ok, "ref_err_vs_fp64": ref_err, "cand_excess_vs_fp64": max(cand_excess, 0.0), "finite": finite}
+    rel = (err_sq / ref_sq) ** 0.5 if ref_sq > 0 else (0.0 if err_sq == 0 else math.inf)
+    trusted = finite and rel <= ANCHOR_TRUST
+    ok = trusted and cand_excess <= ANCHOR_FACTOR * ref_err
+    return {"ok": ok, "ref_err_vs_fp64": ref_err, "cand_excess_vs_fp64": max(cand_excess, 0.0), "finite": finite,
+            "ref_rel_norm_vs_fp64": rel, "trusted": trusted}
 
 
 # -- null outputs ---------------------------------------------------------------------------------

@@ -183,3 +183,20 @@ def test_fp64_anchor_rejects_a_wrong_candidate_and_non_finite_output():
     nan = ref32.clone()
     nan[7] = float("nan")
     assert not anchored(exact, ref32, nan, 1e-4, 1e-4)["ok"]
+
+
+def test_fp64_anchor_does_not_vouch_when_the_fp64_reference_is_another_computation():
+    # dropout drawn with other random numbers in float64: the fp32 reference sits O(1) from the fp64 one, and
+    # "no worse than twice the reference's own error" would admit zeros
+    from kernellab.sandbox._check import ANCHOR_TRUST, anchored
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(10_000, generator=g, dtype=torch.float64)
+    mask64, mask32 = (torch.rand(10_000, generator=g) < 0.5), (torch.rand(10_000, generator=g) < 0.5)
+    ref64, ref32 = x * mask64 * 2, (x * mask32 * 2).float()
+    zeros = torch.zeros(10_000)
+    a = anchored(ref64, ref32, zeros, 1e-4, 1e-4)
+    assert not a["ok"] and not a["trusted"] and a["ref_rel_norm_vs_fp64"] > 10 * ANCHOR_TRUST
+    assert a["cand_excess_vs_fp64"] <= 2.0 * a["ref_err_vs_fp64"]  # what the anchor alone would have passed
+    # rounding-sized distances stay trusted
+    assert anchored(ref64, (ref64 * (1 + 1e-3)).float(), ref64.float(), 1e-4, 1e-4)["trusted"]
