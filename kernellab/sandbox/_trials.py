@@ -245,11 +245,10 @@ def _compare_trial(state: dict, tr: _Trial, k: int, ref: torch.Tensor, out: torc
 def _anchor(state: dict, tr: _Trial, k: int, ref: torch.Tensor, out: torch.Tensor, atol: float) -> dict | None:
     """``anchored`` for output ``k`` of a synthetic-distribution trial (the fp64 reference is computed
     once per trial, from a float64 copy of the reference model); ``{"ok": False, "unavailable": why}`` when
-    the model cannot run in float64, None when it has no output ``k`` there. An out-of-memory is raised, as
-    our own allocation's (``infra:oom``: the executor retries the job with more memory): taken for "cannot
-    run in float64", it left the plain comparison to reject candidates the fp64 reference might have passed,
-    as on KernelBench's 69 and 71 at full size, whose ``mixed`` trials recorded no fp64 verdict after a job
-    had capped itself at 10.2 GB with 9.9 GB reserved (an fp64 copy of their conv needs 3.3 GB more)."""
+    the model cannot run in float64, None when it has no output ``k`` there. An out-of-memory is raised, as our
+    own allocation's (``infra:oom``: retried with more memory); read as "cannot run in float64", it left the
+    plain comparison to reject KernelBench's 69 and 71 on `mixed` (their jobs capped near 10 GB, the fp64
+    copy needing 3.3 GB more)."""
     if not ref.is_floating_point():
         return None
     cache, key = state.setdefault("ref64", {}), tr.index
