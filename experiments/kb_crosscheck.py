@@ -14,11 +14,11 @@ costs one row. Writes ``<date>-<device>-kb-crosscheck.md`` and ``.json``: per pr
 verdicts and speedups side by side, and the agreement counts; device, versions, kernellab commit,
 KernelBench's commit and the date.
 
-``--jobs N`` runs N KernelBench children at once, for the suite's large problems, whose runs spend most of
-their time drawing KernelBench's inputs on the CPU (seven ``get_inputs()`` calls of 6.4 GB a tensor). The
-GPU stays one child's at a time (:class:`_GpuTurn`): a child holds it for all its work but the problem's
-``get_inputs()``, so every timing runs with the GPU to itself; a run
-that ran out of memory beside the others is judged again alone.
+``--jobs N`` runs N KernelBench children at once, for the suite's large problems, whose runs draw
+KernelBench's inputs on the CPU seven times (``get_inputs()``, 6.4 GB a tensor at level 1). The GPU stays
+one child's at a time (:class:`_GpuTurn`): a child holds it for all its work but the problem's
+``get_inputs()``, so every timing runs with the GPU to itself; a run that ran out of memory beside the
+others is judged again alone.
 
 KernelBench's eval is CUDA-only: without a CUDA device the script stops with one line (exit 2).
 Known differences it may show: KernelBench casts every input tensor to the precision (integer
