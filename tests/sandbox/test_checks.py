@@ -198,5 +198,7 @@ def test_fp64_anchor_does_not_vouch_when_the_fp64_reference_is_another_computati
     a = anchored(ref64, ref32, zeros, 1e-4, 1e-4)
     assert not a["ok"] and not a["trusted"] and a["ref_rel_norm_vs_fp64"] > 10 * ANCHOR_TRUST
     assert a["cand_excess_vs_fp64"] <= 2.0 * a["ref_err_vs_fp64"]  # what the anchor alone would have passed
-    # rounding-sized distances stay trusted
+    # rounding-sized distances stay trusted, and so does rounding noise about exact zeros (GroupNorm of one channel)
     assert anchored(ref64, (ref64 * (1 + 1e-3)).float(), ref64.float(), 1e-4, 1e-4)["trusted"]
+    noise = 1e-7 * torch.randn(10_000, generator=g)
+    assert anchored(torch.zeros(10_000, dtype=torch.float64), noise, -noise, 1e-4, 1e-4)["ok"]
