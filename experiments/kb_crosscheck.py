@@ -32,6 +32,7 @@ import argparse
 import ast
 import contextlib
 import datetime as dt
+import fcntl
 import json
 import os
 import re
@@ -243,19 +244,17 @@ class _GpuTurn:
     (the parent judges that run again alone)."""
 
     def __init__(self, path: str) -> None:
-        import fcntl
-
-        self._flock, self._f = fcntl, open(path, "a")  # noqa: SIM115 - held for the process's life
+        self._f = open(path, "a")  # noqa: SIM115 - held for the process's life
         self.wait_s = 0.0
         self.device_inputs = False
 
     def acquire(self) -> None:
         t0 = time.monotonic()
-        self._flock.flock(self._f, self._flock.LOCK_EX)
+        fcntl.flock(self._f, fcntl.LOCK_EX)
         self.wait_s += time.monotonic() - t0
 
     def release(self) -> None:
-        self._flock.flock(self._f, self._flock.LOCK_UN)
+        fcntl.flock(self._f, fcntl.LOCK_UN)
 
     def around_inputs(self, get_inputs: Callable) -> Callable:
         def drawn_off_turn(*args: Any, **kwargs: Any) -> Any:
@@ -338,7 +337,7 @@ def run_kernelbench(row: dict, kb: Path, trials: int, perf_trials: int, timing_m
 # the KernelBench children running now: an interrupted cross-check stops them (their verdicts are not kept)
 _LIVE: set[subprocess.Popen] = set()
 _LIVE_LOCK = threading.Lock()
-_STOPPING = threading.Event()
+_STOPPING = threading.Event()  # set by an interrupt: no child starts, and no verdict is kept, from then on
 
 
 def _stop_children() -> None:
@@ -411,13 +410,11 @@ def judge_all(todo: list[dict], run: Callable[[dict, str | None], dict], jobs: i
                 return True
             report(row)
         return False
-    stop = threading.Event()
-
     def one(row: dict) -> None:
-        if stop.is_set():
+        if _STOPPING.is_set():
             return
         got = run(row, turn_file)
-        if not stop.is_set():
+        if not _STOPPING.is_set():
             row["kernelbench"] = got
             report(row)
 
@@ -430,7 +427,6 @@ def judge_all(todo: list[dict], run: Callable[[dict, str | None], dict], jobs: i
             for f in done:
                 f.result()
     except KeyboardInterrupt:
-        stop.set()
         _stop_children()
         pool.shutdown(wait=True, cancel_futures=True)
         return True

@@ -187,7 +187,8 @@ def miss(store: Any, camp: dict | None, row: dict, objective: str) -> dict:
         return {"kind": "not_finished", "reason": text}
     nc = row.get("not_counted")
     if nc:
-        slower = _slower_own(store, camp["id"], row["problem_id"], objective, nc.get("candidate_id"))
+        full = store.evaluations(campaign_id=camp["id"], kind=Kind.FULL)
+        slower = _slower_own(store, full, objective, nc.get("candidate_id"))
         more = "" if slower is None else (
             f"; a slower correct candidate of ours carries {slower['own_kernel_share']:.2f} of its GPU time, at "
             f"{_f(slower.get(objective), '{:.2f}x')} {objective.removeprefix('speedup_')} in its own evaluation "
@@ -195,7 +196,7 @@ def miss(store: Any, camp: dict | None, row: dict, objective: str) -> dict:
         extra = {} if slower is None else {"own_kernel_candidate": slower}
         if nc["reason"] == "library_only":
             own = store.reported_best(camp["id"], row["problem_id"], objective, library=False)
-            detail = (f"no correct candidate runs kernels of its own ({_own_failures(store, camp['id'])})" if not own
+            detail = (f"no correct candidate runs kernels of its own ({_own_failures(full)})" if not own
                       else f"the best own-kernel candidate's share is {own[0]['own_kernel_share'] or 0:.2f} < "
                            f"{KERNEL_WIN_SHARE:g}")
             return {"kind": "library_only", "reason": f"correct, but the winner is library-only: {detail}{more}",
@@ -224,35 +225,36 @@ def miss(store: Any, camp: dict | None, row: dict, objective: str) -> dict:
                       + (f": {_one_line(text)}" if _one_line(text) else "")}
 
 
-def _slower_own(store: Any, campaign_id: str, problem_id: str, objective: str, winner: str | None) -> dict | None:
-    """The best correct candidate that would be a kernel win but lost to a faster one that is not (a library
-    call, or ours around a library call): the kernel work that problem needs is speed, not correctness."""
-    from kernellab.vocab import Kind, Status, counts_as_kernel_win
+def _slower_own(store: Any, full: list[dict], objective: str, winner: str | None) -> dict | None:
+    """Of a campaign's evaluations ``full``, the best correct candidate that would be a kernel win but lost to a
+    faster one that is not (a library call, or ours around a library call): the kernel work that problem needs
+    is speed, not correctness."""
+    from kernellab.vocab import Status, counts_as_kernel_win
 
-    ok = [e for e in store.evaluations(campaign_id=campaign_id, kind=Kind.FULL)
-          if e["status"] == Status.CORRECT and counts_as_kernel_win(e) and e.get(objective) is not None
+    ok = [e for e in full if e["status"] == Status.CORRECT and counts_as_kernel_win(e) and e.get(objective) is not None
           and e["candidate_id"] != winner]  # (the winner's share is its re-timing's, near the line at times)
     if not ok:
         return None
     best = max(ok, key=lambda e: e[objective])
-    action = next((c["action"] for c in store.candidates(campaign_id, problem_id) if c["id"] == best["candidate_id"]),
-                  None)
+    action = (store.get_candidate(best["candidate_id"]) or {}).get("action")
     return {"candidate_id": best["candidate_id"], "own_kernel_share": best["own_kernel_share"] or 0.0,
             objective: best[objective], "action": action}
 
 
-def _own_failures(store: Any, campaign_id: str) -> str:
-    """What became of the candidates that run kernels of their own, by status or error class."""
-    from kernellab.vocab import Kind
-
+def _own_failures(full: list[dict]) -> str:
+    """What became of the candidates that run kernels of their own (of a campaign's evaluations ``full``), by
+    status or error class."""
     counts: dict[str, int] = {}
-    for e in store.evaluations(campaign_id=campaign_id, kind=Kind.FULL):
+    for e in full:
         if not e["library_only"]:
             key = e["error_class"] or e["status"]
             counts[key] = counts.get(key, 0) + 1
-    if not counts:
-        return "none was evaluated"
-    return "ours: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"ours: {_by_class(counts)}" if counts else "none was evaluated"
+
+
+def _by_class(counts: dict[str, int]) -> str:
+    """``mismatch 2, compile_error 1``: most first."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def read(stores: list[Any], suite: str, config_hash: str | None = None, allow_library: bool = False) -> dict:
@@ -368,7 +370,7 @@ def to_markdown(result: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["table"]:
         name = f"**{r['label']}**" if r["family"] == "all" else r["label"]
-        fails = ", ".join(f"{k} {v}" for k, v in sorted(r["failures"].items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
+        fails = _by_class(r["failures"]) or "-"
         lines.append(f"| {name} | {r['problems']} | {r['finished']} | {r['any_correct']} | {r['correct']} | "
                      f"{_f(r['win_share'], '{:.0%}')} | {r['short_of_target']} | {_fast(r, 'eager')} | "
                      f"{_fast(r, 'compile')} | {_f(r['geomean_eager_correct'], '{:.2f}x')} | "

@@ -259,8 +259,8 @@ def test_a_library_only_miss_says_what_became_of_our_own_candidates(tmp_path: Pa
     store = Store(tmp_path / "b.db")
     cid, pid, _ = _campaign(store, WRITTEN[0], "h")
     _eval(store, cid, pid, "cudnn", **_ok(1.0, 1.0, library_only=True, own_kernel_share=0.0))
-    assert fam._own_failures(store, cid) == "none was evaluated"
+    assert fam._own_failures(store.evaluations(campaign_id=cid, kind="full")) == "none was evaluated"
     _eval(store, cid, pid, "tf32rn", status="incorrect", error_class="mismatch", error_text="trial 3")
     _eval(store, cid, pid, "tf32x3", status="incorrect", error_class="mismatch", error_text="trial 0")
     _eval(store, cid, pid, "broken", status="compile_error", error_text="SyntaxError")
-    assert fam._own_failures(store, cid) == "ours: mismatch 2, compile_error 1"
+    assert fam._own_failures(store.evaluations(campaign_id=cid, kind="full")) == "ours: mismatch 2, compile_error 1"
