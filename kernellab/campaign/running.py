@@ -292,14 +292,19 @@ def _context(store: BaseStore, camp: dict, config: CampaignConfig, problems: dic
 
         fatal = tuple(getattr(llm, name) for name in LLM_STOPS)  # the LLM's stops end the run, resumable
 
+    floors: dict[str, float | None] = {}
+    full_size = not small_for(device, config.small)  # the floor is counted at the problem's own sizes
+
     def stop_check(pid: str, state: dict) -> str | None:
         tree = search.Tree(store, camp["id"], pid, objective=config.objective)
         fault = problem_fault(store, tree)
         if fault:
             return fault
+        if pid not in floors:
+            floors[pid] = modelled.floor_ms(problems[pid]) if full_size and device == "cuda" else None
         return search.stop_reason(tree, budget, store=store, campaign_id=camp["id"], elapsed_s=state.get("elapsed_s", 0.0),
                                   rounds=state.get("round", 0), target=config.target,
-                                  plateau=config.plateau, plateau_gain=config.plateau_gain)
+                                  plateau=config.plateau, plateau_gain=config.plateau_gain, floor_ms=floors[pid])
 
     steps = _Steps(store, camp["id"], config, executor, device)
     return Context(fatal=fatal, store=store, campaign_id=camp["id"], config=config, problems=problems,

@@ -15,7 +15,7 @@ from .ir import Graph
 from .partition import Group
 
 __all__ = ["GroupCost", "group_costs", "CEILING_BW", "peak_flops", "ITEMSIZE", "Modelled",
-           "model_built", "eager_profile", "modelled_seconds", "LAUNCH_S"]
+           "model_built", "eager_profile", "modelled_seconds", "LAUNCH_S", "floor_seconds"]
 
 CEILING_BW = 4.22e12  # bytes/s, read+write
 _PEAK = {"float32": 51e12, "tf32": 355e12, "float16": 700e12, "bfloat16": 700e12}
@@ -86,6 +86,44 @@ def group_costs(graph: Graph, groups: list[Group], tf32: bool = False) -> list[G
         secs = max(nbytes / CEILING_BW, flops / peak)
         out.append(GroupCost(grp.id, grp.kind, nbytes, flops, secs, dims))
     return out
+
+
+
+def _view_base(graph: Graph, name: str) -> str:
+    n = graph.node(name)
+    while n.kind == "view" and n.args and hasattr(n.args[0], "name"):
+        n = graph.node(n.args[0].name)
+    return n.name
+
+
+def floor_seconds(graph: Graph) -> float | None:
+    """A floor under the time of any implementation of the whole graph on the H200: every input and
+    parameter it uses read once and every output written once at the measured copy bandwidth, or its
+    FLOPs at the fastest measured rate of its dtype (TF32's for float32: cuDNN's default convolutions
+    and our tf32 kernels run there), whichever is longer. Unlike a candidate's counted bytes it does
+    not move with the candidate's fusion, so a candidate near it has little left to gain (the
+    campaign's roofline stop). A read-mostly kernel can beat the copy bandwidth a little (100_HingeLoss:
+    107%), so this is the practical roofline, not a bound. None where the graph holds an op whose
+    traffic this cannot count (an uncaptured or special op, a view that selects part of its source):
+    a floor set too high would stop a campaign that could still gain."""
+    compute: list[str] = []
+    for n in graph.nodes:
+        if n.kind in ("opaque", "special", "getitem"):
+            return None
+        if n.kind == "view":
+            src = graph.node(n.args[0].name) if n.args and hasattr(n.args[0], "name") else None
+            if src is None or n.shape is None or src.shape is None or math.prod(n.shape) < math.prod(src.shape):
+                return None
+        elif n.kind not in ("input", "param"):
+            compute.append(n.name)
+    read = [n.name for n in graph.nodes if n.kind in ("input", "param") and graph.users[n.name]]
+    written = {o.name for o in graph.outputs if hasattr(o, "name")}
+    written = [o for o in written if graph.node(_view_base(graph, o)).kind not in ("input", "param")]
+    if not compute or not written:
+        return None
+    kind = "gemm" if any(graph.node(n).kind in ("gemm", "conv") for n in compute) else "pointwise"
+    whole = Group(id="floor", kind=kind, nodes=compute, inputs=read, outputs=sorted(written))
+    return group_costs(graph, [whole], tf32=True)[0].seconds
 
 
 # -- a modelled H200 time (for ranking where nothing is timed on a GPU) -----------------------------

@@ -119,12 +119,17 @@ class StopRules:
     surrogate never claims a target). ``plateau``: the last ``plateau_window`` expansions raised the
     best score by no more than ``plateau_threshold`` (relative). ``roofline``: the best candidate runs
     at >= this fraction of the measured ceiling of its bound (from the analyst's ``analysis`` events,
-    on the device the ceilings were measured on; ``pct_of_ceiling`` is a percentage)."""
+    on the device the ceilings were measured on; ``pct_of_ceiling`` is a percentage), or its median is
+    within this fraction of ``floor_ms``, the problem's own floor (``compiler.cost.floor_seconds``: its
+    compulsory bytes at the measured bandwidth, its FLOPs at the fastest measured rate). The floor
+    needs no profile, so a problem whose first candidate already moves its bytes at copy speed stops
+    after one round (KernelBench's 20_LeakyReLU at 101% of it spent four more tunings to gain 0.1%)."""
 
     target: float | None = None
     plateau_window: int | None = 8
     plateau_threshold: float = 0.01
     roofline: float | None = 0.9
+    floor_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.plateau_window is not None and self.plateau_window < 1:
@@ -162,6 +167,12 @@ class StopRules:
     def _roofline(self, tree: Tree, best) -> StopDecision | None:
         if self.roofline is None or best.surrogate or CEILING_DEVICE not in str(best.best.get("device") or ""):
             return None
+        ms = best.best.get("median_ms")
+        if self.floor_ms and ms and self.floor_ms >= self.roofline * ms:
+            return StopDecision("roofline", f"roofline: {best.id} runs at {100 * self.floor_ms / ms:.0f}% of the "
+                                f"problem's floor, {self.floor_ms:.3g} ms (stop at {self.roofline:.0%})",
+                                {"candidate_id": best.id, "floor_ms": self.floor_ms, "median_ms": ms,
+                                 "pct_of_floor": 100 * self.floor_ms / ms})
         # the graph records each Analysis flat in an "analyze" event: {candidate_id, bound, pct_of_ceiling, ...}
         analyses = [e["payload"] for e in tree.store.events(tree.campaign_id, kind="analyze")]
         analyses = [a for a in analyses if a.get("candidate_id") == best.id]
@@ -185,7 +196,7 @@ def check(tree: Tree, budget: Budget | None = None, rules: StopRules | None = No
 
 def stop_reason(tree: Tree, budget: Budget | None = None, *, store: Any = None, campaign_id: str | None = None,
                 elapsed_s: float = 0.0, rounds: int = 0, target: float | None = None, plateau: int | None = 8,
-                plateau_gain: float = 0.01, roofline: float | None = 0.9) -> str | None:
+                plateau_gain: float = 0.01, roofline: float | None = 0.9, floor_ms: float | None = None) -> str | None:
     """The campaign runner's question for one problem: why stop (one line), or None. Candidates,
     GPU-seconds and ``rounds`` (expansion rounds done, against ``budget.rounds``) are counted for this
     problem, LLM dollars for the whole campaign; ``plateau`` counts expansions (candidates), not
@@ -193,6 +204,7 @@ def stop_reason(tree: Tree, budget: Budget | None = None, *, store: Any = None, 
     store = store if store is not None else tree.store
     usage = Usage.from_store(store, campaign_id or tree.campaign_id, wall_s=elapsed_s, rounds=rounds,
                              problem_id=tree.problem_id)
-    rules = StopRules(target=target, plateau_window=plateau or None, plateau_threshold=plateau_gain, roofline=roofline)
+    rules = StopRules(target=target, plateau_window=plateau or None, plateau_threshold=plateau_gain, roofline=roofline,
+                      floor_ms=floor_ms)
     decision = check(tree, budget, rules, usage)
     return decision.reason if decision else None

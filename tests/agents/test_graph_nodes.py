@@ -210,6 +210,47 @@ def test_the_last_rounds_profile_runs_only_where_a_page_reads_it(vs_compile, pro
     assert ("budget is spent" in ev["payload"]["skipped"]) is not profiled
 
 
+def test_the_profile_is_skipped_when_a_stop_rule_ends_the_problem():
+    """Budget left, but a stop rule (here the target) ends the problem after this round: no plan reads the
+    profile, and with torch.compile beaten no page does either."""
+    store = Store(":memory:")
+    cid = new_campaign(store, budget=4, target=1.5)
+    ctx = context(store, cid, executor=None)
+    pid = state_pid(ctx)
+    code = build(ctx.problems[pid])
+    cand = store.add_candidate(cid, pid, code.source, origin="builtin", action=code.action, meta=code.meta)
+    store.add_evaluation(cand, {"status": "correct", "interpreted": False, "device": "NVIDIA H200", "median_ms": 1.0,
+                                "eager_ms": 2.0, "compile_ms": 1.4, "speedup_eager": 2.0, "speedup_compile": 1.4})
+    calls = []
+    ctx.profile = lambda problem, c, best: calls.append(c["id"]) or ([], "recorded here")
+    profile_node({"problem_ids": [pid], "index": 0, "round": 0, "elapsed_s": 0.0}, Runtime(context=ctx), step(6))
+    (ev,) = store.events(cid, "profile")
+    assert calls == [] and ev["payload"]["skipped"].startswith("target: speedup_eager 1.5x reached")
+
+
+@pytest.mark.parametrize("share, stops", [(0.95, True), (0.8, False)])
+def test_a_problem_stops_at_its_floor_on_the_gpu(share, stops):
+    """The campaign's stop check divides the problem's floor (its bytes once at the measured bandwidth, at
+    full size) by the best's time: the affine problem moves 2 x 64 MiB, so a best at 95% of that stops."""
+    from kernellab.agents.builtin import modelled
+
+    store = Store(":memory:")
+    cid = new_campaign(store, budget=8)
+    camp = store.get_campaign(cid)
+    cfg = CampaignConfig(**{k: v for k, v in camp["config"].items() if k in CampaignConfig.__dataclass_fields__})
+    problems = campaign.config._problems_of(store, camp)
+    ctx = campaign.running._context(store, camp, cfg, problems, BuiltinAgents(), None, "cuda", None)
+    pid = state_pid(ctx)
+    floor = modelled.floor_ms(problems[pid])
+    assert floor == pytest.approx(2 * (1 << 24) * 4 / 4.22e12 * 1e3)
+    cand = store.add_candidate(cid, pid, build(problems[pid]).source, origin="builtin", action="seed")
+    store.add_evaluation(cand, {"status": "correct", "interpreted": False, "device": "NVIDIA H200",
+                                "median_ms": floor / share, "eager_ms": floor / share, "speedup_eager": 1.0})
+    reason = ctx.stop_check(pid, {"round": 1, "elapsed_s": 1.0})
+    assert (reason is not None and reason.startswith(f"roofline: {cand} runs at {100 * share:.0f}% of the problem's floor")) is stops
+    assert stops or reason is None
+
+
 def test_tuning_and_profiling_wait_for_a_campaign_with_time_left(executor):
     """With the time budget spent, the tune and profile steps of the round start nothing and write no
     event, so a resumed campaign with time left does them; with time left, tune gets the deadline."""

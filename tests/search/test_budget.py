@@ -93,6 +93,24 @@ def test_roofline_needs_the_ceiling_device(store) -> None:
     assert StopRules(plateau_window=None).check(Tree(store, t.cid, t.pid)) is None
 
 
+def test_roofline_reads_the_problems_floor_without_a_profile(synth, store) -> None:
+    # the best, a1, runs 1.0 ms (eager 2.0 ms at 2.0x); no analyst has spoken
+    tree = Tree(synth.store, synth.cid, synth.pid)
+    assert StopRules(plateau_window=None, floor_ms=0.89).check(tree) is None
+    d = StopRules(plateau_window=None, floor_ms=0.9).check(tree)
+    assert d.rule == "roofline" and d.details["candidate_id"] == synth.ids["a1"]
+    assert d.details["pct_of_floor"] == pytest.approx(90.0) and "90% of the problem's floor, 0.9 ms" in d.reason
+    assert StopRules(plateau_window=None, roofline=None, floor_ms=5.0).check(tree) is None
+    assert stop_reason(tree, None, plateau=None, floor_ms=0.95).startswith("roofline:")
+    # the floor is the H200's: a time measured elsewhere, or interpreted, is not divided by it
+    other = Synth(store, "elsewhere")
+    other.add("r", speedup=2.0, device="NVIDIA A100")
+    assert StopRules(plateau_window=None, floor_ms=5.0).check(Tree(store, other.cid, other.pid)) is None
+    cpu = Synth(store, "interpreted")
+    cpu.add("r", speedup=2.0, interpreted=True, device="cpu")
+    assert StopRules(plateau_window=None, floor_ms=5.0).check(Tree(store, cpu.cid, cpu.pid)) is None
+
+
 def test_check_budget_first(synth) -> None:
     tree = Tree(synth.store, synth.cid, synth.pid)
     rules = StopRules(target=1.5)

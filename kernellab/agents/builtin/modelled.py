@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from kernellab.compiler.codegen import allow_tf32
-from kernellab.compiler.cost import Modelled, eager_profile, model_built
+from kernellab.compiler.cost import Modelled, eager_profile, floor_seconds, model_built
 from kernellab.problem import Problem
 
 from ..roles import Proposal
@@ -136,3 +136,13 @@ def reference_profile(problem: Problem) -> dict[str, Any]:
         return {}
     st = problem.settings()
     return eager_profile(graph, allow_tf32(st["dtype"], st["atol"], st["rtol"]))
+
+
+def floor_ms(problem: Problem) -> float | None:
+    """The problem's floor at its own sizes (``cost.floor_seconds`` of the captured graph), in ms;
+    None when capture fails or the graph holds an op the floor cannot count."""
+    try:
+        s = floor_seconds(graph_of(problem))
+    except Exception:
+        return None
+    return None if s is None else s * 1e3
