@@ -96,6 +96,17 @@ def _view_base(graph: Graph, name: str) -> str:
     return n.name
 
 
+# ops that may read only part of an input (an index, a slice, a gather) or only its shape (``zeros_like``):
+# where one of them is a graph input's only reader, that input's bytes are not compulsory
+_PART_READERS = frozenset({
+    "gather", "index", "index_select", "index_put", "embedding", "embedding_bag", "take", "take_along_dim",
+    "masked_select", "nonzero", "scatter", "scatter_add", "slice", "select", "narrow", "as_strided", "diagonal",
+    "unfold", "split", "split_with_sizes", "chunk", "unbind", "tensor_split", "zeros_like", "ones_like",
+    "empty_like", "full_like", "rand_like", "randn_like", "randint_like", "new_zeros", "new_ones", "new_empty",
+    "new_full", "sym_size", "size", "topk", "kthvalue", "sort", "searchsorted", "bucketize",
+})
+
+
 def floor_seconds(graph: Graph) -> float | None:
     """A floor under the time of any implementation of the whole graph on the H200: every input and
     parameter it uses read once and every output written once at the measured copy bandwidth, or its
@@ -103,12 +114,13 @@ def floor_seconds(graph: Graph) -> float | None:
     and our tf32 kernels run there), whichever is longer. Unlike a candidate's counted bytes it does
     not move with the candidate's fusion, so a candidate near it has little left to gain (the
     campaign's roofline stop). A read-mostly kernel can beat the copy bandwidth a little (100_HingeLoss:
-    107%), so this is the practical roofline, not a bound. None where the graph holds an op whose
-    traffic this cannot count (an uncaptured or special op, a view that selects part of its source):
-    a floor set too high would stop a campaign that could still gain."""
+    107%), so this is the practical roofline, not a bound. An op left to PyTorch counts as reading
+    its inputs whole (argmax, pooling, a norm); None where an op may read part of one (a gather, a
+    slice, ``zeros_like``: ``_PART_READERS``, or a view that selects), since a floor set too high
+    would stop a campaign that could still gain."""
     compute: list[str] = []
     for n in graph.nodes:
-        if n.kind in ("opaque", "special", "getitem"):
+        if n.kind in ("opaque", "special") and n.op.split(".")[0] in _PART_READERS:
             return None
         if n.kind == "view":
             src = graph.node(n.args[0].name) if n.args and hasattr(n.args[0], "name") else None

@@ -36,8 +36,14 @@ def test_a_gemm_is_bounded_by_its_flops_at_the_fastest_measured_rate():
     assert got > 3 * 2048 * 2048 * 4 / CEILING_BW
 
 
-def test_no_floor_where_the_traffic_cannot_be_counted():
+def test_an_op_left_to_pytorch_reads_its_input_whole():
+    # argmax stays ATen (opaque): the floor still reads x once and writes 256 int64 indices
+    assert floor("return torch.argmax(x, dim=1)") == pytest.approx((256 * 1024 * 4 + 256 * 8) / CEILING_BW)
+
+
+def test_no_floor_where_an_input_may_be_read_in_part():
     # a view that selects part of its source reads less than the whole input
     assert floor("return torch.relu(x[:, :8])") is None
-    # an op left to PyTorch (average pooling): what it moves is not counted
-    assert floor("return torch.nn.functional.avg_pool1d(x.unsqueeze(1), 4)") is None
+    # a gather reads the rows it picks; zeros_like reads only a shape
+    assert floor("return torch.gather(x, 1, y)", "torch.randn(256, 1024), torch.randint(0, 1024, (256, 4))") is None
+    assert floor("return torch.zeros_like(x) + y") is None
