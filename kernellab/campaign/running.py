@@ -301,7 +301,7 @@ def _context(store: BaseStore, camp: dict, config: CampaignConfig, problems: dic
         if fault:
             return fault
         if pid not in floors:
-            floors[pid] = modelled.floor_ms(problems[pid]) if full_size and device == "cuda" else None
+            floors[pid] = modelled.floor_ms(problems[pid]) if full_size and str(device).startswith("cuda") else None
         return search.stop_reason(tree, budget, store=store, campaign_id=camp["id"], elapsed_s=state.get("elapsed_s", 0.0),
                                   rounds=state.get("round", 0), target=config.target,
                                   plateau=config.plateau, plateau_gain=config.plateau_gain, floor_ms=floors[pid])
