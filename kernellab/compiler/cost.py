@@ -88,7 +88,6 @@ def group_costs(graph: Graph, groups: list[Group], tf32: bool = False) -> list[G
     return out
 
 
-
 def _view_base(graph: Graph, name: str) -> str:
     n = graph.node(name)
     while n.kind == "view" and n.args and hasattr(n.args[0], "name"):
@@ -97,7 +96,7 @@ def _view_base(graph: Graph, name: str) -> str:
 
 
 # ops that may read only part of an input (an index, a slice, a gather) or only its shape (``zeros_like``):
-# where one of them is a graph input's only reader, that input's bytes are not compulsory
+# where one is an input's only reader, that input's bytes are not compulsory, so a graph with one gets no floor
 _PART_READERS = frozenset({
     "gather", "index", "index_select", "index_put", "embedding", "embedding_bag", "take", "take_along_dim",
     "masked_select", "nonzero", "scatter", "scatter_add", "slice", "select", "narrow", "as_strided", "diagonal",
