@@ -507,11 +507,15 @@ def debug(state: CampaignState, runtime: Runtime[Context], config: RunnableConfi
 
 
 # -- tune, profile, analyze -----------------------------------------------------------------------
+TUNE_GAP = 10.0  # a candidate this many times slower than the problem's fastest is not tuned
+
+
 def tune(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig) -> dict:
     """Tune every correct candidate with a SPACE not tuned yet, all at once: their studies' trials share
     the sandbox pool (one after another, a solo campaign's three tunings took 24 s of its 103 s, each
     waiting for the slowest trial of the one before). Not a library-only one: none of its kernels ran
-    (KernelBench's 54_conv_standard_3D on the H200: 174 s tuning the tiles of a conv cuDNN ran)."""
+    (KernelBench's 54_conv_standard_3D on the H200: 174 s tuning the tiles of a conv cuDNN ran). Nor one
+    ``TUNE_GAP`` times slower on the GPU than the problem's fastest candidate (a ``tune`` event says so)."""
     ctx = _ctx(runtime)
     if ctx.tune is None:
         return {}
@@ -519,15 +523,28 @@ def tune(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig
     problem = ctx.problems[pid]
     deadline = _deadline(ctx, state)
     done = {e["payload"].get("candidate_id") for e in ctx.store.events(ctx.campaign_id, "tune")}
-    todo = []
+    todo, timed = [], {}
     for c in ctx.store.candidates(ctx.campaign_id, pid):
+        full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == Kind.FULL]
+        if full and full[0]["status"] == "correct" and full[0].get("median_ms") and not full[0].get("interpreted", True):
+            timed[c["id"]] = float(full[0]["median_ms"])
         if c["id"] in done or not c.get("space"):
             continue
-        full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == Kind.FULL]
         if full and full[0]["status"] == "correct" and not full[0].get("library_only"):
             todo.append(c)
     if not todo or (deadline is not None and time.monotonic() >= deadline):
         return {}  # no event: a resumed campaign with time left tunes them then
+    if timed:
+        # tiles and warps do not close a gap this wide: tuning gained at most 2.9x on KernelBench's 131 tunings
+        # (13_ConvTranspose3d's conv), and 100_HingeLoss spent 249 s tuning a seed 464x slower than the best
+        fastest = min(timed, key=timed.get)
+        for c in [c for c in todo if timed.get(c["id"], 0.0) > TUNE_GAP * timed[fastest]]:
+            todo.remove(c)
+            ctx.event("tune", {"candidate_id": c["id"], "skipped": f"{timed[c['id']] / timed[fastest]:.0f}x slower "
+                               f"than {fastest[:10]}, beyond what tuning gains ({TUNE_GAP:g}x)"},
+                      event_key(config, "tune", c["id"]))
+        if not todo:
+            return {}
 
     def one(c: dict) -> None:
         try:

@@ -210,6 +210,32 @@ def test_the_last_rounds_profile_runs_only_where_a_page_reads_it(vs_compile, pro
     assert ("budget is spent" in ev["payload"]["skipped"]) is not profiled
 
 
+def test_a_candidate_far_slower_than_the_fastest_is_not_tuned():
+    """Tiles and warps do not close a 10x gap (tuning gained at most 2.9x on KernelBench): such a candidate gets
+    a tune event that says why, and only the others reach the tuner."""
+    from kernellab.agents.graph import TUNE_GAP
+
+    store = Store(":memory:")
+    cid = new_campaign(store, budget=4)
+    ctx = context(store, cid, executor=None)
+    pid = state_pid(ctx)
+    code = build(ctx.problems[pid])
+    ids = {}
+    for name, ms in (("fast", 1.0), ("near", 0.9 * TUNE_GAP), ("far", 1.1 * TUNE_GAP)):
+        ids[name] = store.add_candidate(cid, pid, code.source + f"# {name}\n", origin="builtin", action=name,
+                                        meta=code.meta, space={"g": {"BLOCK": [256, 1024]}})
+        store.add_evaluation(ids[name], {"status": "correct", "interpreted": False, "device": "NVIDIA H200",
+                                         "median_ms": ms, "eager_ms": 2.0, "speedup_eager": 2.0 / ms})
+    got = []
+    ctx.tune = lambda problem, cand, deadline=None: got.append(cand["id"]) or {"evaluated": 0}
+    tune_node({"problem_ids": [pid], "index": 0, "round": 0, "elapsed_s": 0.0}, Runtime(context=ctx), step(5))
+    assert sorted(got) == sorted([ids["fast"], ids["near"]])
+    events = {e["payload"]["candidate_id"]: e["payload"] for e in store.events(cid, "tune")}
+    assert set(events) == set(ids.values())
+    assert events[ids["far"]]["skipped"].startswith(f"11x slower than {ids['fast'][:10]}")
+    assert "skipped" not in events[ids["near"]]
+
+
 def test_the_profile_is_skipped_when_a_stop_rule_ends_the_problem():
     """Budget left, but a stop rule (here the target) ends the problem after this round: no plan reads the
     profile, and with torch.compile beaten no page does either."""
