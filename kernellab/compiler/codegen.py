@@ -30,13 +30,13 @@ from .ir import Dyn, Graph, Node, Ref, Sym
 from .kernels.conv import ConvOperand, ConvSpec, conv_kernel
 from .kernels.gemm import GemmSpec, Operand, gemm_kernel
 from .kernels.loop_launcher import RUNTIME_HELPERS
-from .kernels.loopgen import loop_kernel
+from .kernels.loopgen import loop_kernel, split_reduction_ok
 from .kernels.pointwise import HELPERS, emit_pw, literal, round_to
 from .kernels.special import special_kernel, torch_expr
 from .partition import Group
 
 __all__ = ["generate", "TF32_MIN_TOL", "allow_tf32", "tf32x3_ok", "reads_weight", "default_precision", "conv_precision",
-           "auto_split_k", "CONV_ON_TF32_REFERENCE"]
+           "auto_split_k", "auto_split_r", "SPLIT_MIN_R", "CONV_ON_TF32_REFERENCE"]
 
 TF32_MIN_TOL = 1e-2
 
@@ -398,6 +398,27 @@ def _conv_source(graph: Graph, grp: Group, settings: dict, variant: dict) -> tup
 SMS = 132  # H200 streaming multiprocessors
 
 
+SPLIT_MIN_R = 1 << 16  # rows at least this long, and fewer of them than SMs, are reduced in chunks
+
+
+def auto_split_r(graph: Graph, grp: Group) -> int:
+    """The seed's split reduction for a rows group of fewer rows than SMs, each at least ``SPLIT_MIN_R`` long:
+    one program a row left the GPU idle (100_HingeLoss's mean over 2^30 elements: 442 ms, torch.compile's
+    0.95 ms), so each row runs as chunks of its own, about four programs per SM, each chunk >= 256 long
+    (``SPLIT_R``, which the tuner may set back to 1). 1 otherwise, and where the group cannot split (a
+    reduction with an epilogue that needs the whole row, as a norm's)."""
+    if grp.kind != "rows" or not grp.domain:
+        return 1
+    r = math.prod(grp.domain[d] for d in grp.red_dims)
+    rows = math.prod(grp.domain) // max(1, r)
+    if r < SPLIT_MIN_R or rows >= SMS or not split_reduction_ok(graph, grp):
+        return 1
+    parts = 1
+    while rows * parts < 4 * SMS and r // (parts * 2) >= 256 and parts < 256:
+        parts *= 2
+    return parts
+
+
 def auto_split_k(graph: Graph, grp: Group) -> int:
     """The seed's split-K for a GEMM with too few output tiles to fill the GPU and a long K (the rule is
     clear there: the 128x128 grid leaves SMs idle while each tile walks all of K). The smallest power of
@@ -469,7 +490,7 @@ def generate(problem_name: str, problem_source: str, graph: Graph, groups: list[
             src, call, cfg, spc = ss.source, ss.call, ss.config, ss.space
         else:
             opts = {**(variant.get("config") or {}), "mode": variant.get("mode", "auto"),
-                    "persistent": bool(variant.get("persistent", False)), "split_r": int(variant.get("split_r", 1))}
+                    "persistent": bool(variant.get("persistent", False)), "split_r": int(variant.get("split_r", auto_split_r(graph, grp)))}
             ls = loop_kernel(graph, grp, opts)
             src, cfg, spc = ls.source, ls.config, ls.space
             outs = ", ".join(ls.outputs)

@@ -31,15 +31,16 @@ from typing import Any
 from kernellab.compiler.codegen import (
     allow_tf32,
     auto_split_k,
+    auto_split_r,
     conv_precision,
     default_precision,
     reads_weight,
     tf32x3_ok,
 )
-from kernellab.compiler.cost import SMS, modelled_seconds
+from kernellab.compiler.cost import modelled_seconds
 from kernellab.compiler.ir import Graph
 from kernellab.compiler.kernels.conv import DOT_MIN_N
-from kernellab.compiler.kernels.loopgen import ONE_PASS_MAX_R, pointwise_defaults, split_reduction_ok
+from kernellab.compiler.kernels.loopgen import ONE_PASS_MAX_R, pointwise_defaults
 from kernellab.compiler.partition import Group, partition
 from kernellab.problem import Problem
 
@@ -54,15 +55,11 @@ from .actions import (
     SetConfig,
     Split,
     SplitK,
-    SplitRows,
     State,
 )
 from .build import Built, built
 
 __all__ = ["Applicable", "applicable_actions", "modelled_time", "group_shares"]
-
-SPLIT_MIN_R = 1 << 16  # a split reduction is offered for rows at least this long (and fewer rows than SMs)
-
 
 @dataclass(frozen=True)
 class Applicable:
@@ -137,12 +134,15 @@ def _precisions(problem: Problem, graph: Graph, groups: list[Group], state: Stat
 
 
 def _effective_variants(graph: Graph, groups: list[Group], state: State) -> dict[str, dict]:
-    """The variants as the generated code runs them (a GEMM's split-K defaults to the seed's rule)."""
+    """The variants as the generated code runs them (a GEMM's split-K and a rows group's split reduction
+    default to the seed's rules)."""
     out = {}
     for g in groups:
         v = dict(state.variant(g.id))
         if g.kind == "gemm":
             v.setdefault("split_k", 1 if g.row_reduction else auto_split_k(graph, g))
+        elif g.kind == "rows":
+            v.setdefault("split_r", auto_split_r(graph, g))
         out[g.id] = v
     return out
 
@@ -276,13 +276,7 @@ def _rows_actions(b: Built, grp: Group, r: int) -> list[Action]:
         out.append(ReductionMode(grp.id, "one_pass"))
     if mode != "auto":
         out.append(ReductionMode(grp.id, "auto"))
-    rows = math.prod(grp.domain) // max(1, r)
-    if r >= SPLIT_MIN_R and rows < SMS and not variant.get("split_r") and split_reduction_ok(b.graph, grp):
-        # enough chunks for about four programs per SM, each chunk >= 256 long
-        parts = 1
-        while rows * parts < 4 * SMS and r // (parts * 2) >= 256 and parts < 256:
-            parts *= 2
-        out.append(SplitRows(grp.id, parts))
+    # few long rows are split by the seed (codegen.auto_split_r); their SPACE tunes SPLIT_R, 1 included
     nodes = _compute_nodes(b, grp)
     reds = [i for i, n in enumerate(nodes) if b.graph.node(n).kind == "reduce"]
     if reds and reds[0] > 0:  # a prologue: it becomes a pointwise kernel that writes its result
