@@ -78,13 +78,7 @@ def tf32x3_ok(dtype: str, atol: float, rtol: float, k: int, reads_weight: bool) 
 
 
 def reads_weight(graph: Graph, gnode: Node) -> bool:
-    for a in gnode.args[:2]:
-        n = graph.node(a.name) if isinstance(a, Ref) else None
-        while n is not None and n.kind == "view" and n.args and isinstance(n.args[0], Ref):
-            n = graph.node(n.args[0].name)
-        if n is not None and n.kind == "param":
-            return True
-    return False
+    return any(isinstance(a, Ref) and graph.view_base(a.name).kind == "param" for a in gnode.args[:2])
 
 
 def default_precision(graph: Graph, grp: Group, settings: dict) -> str | None:

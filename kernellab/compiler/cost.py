@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .ir import Graph
+from .ir import Graph, Ref
 from .partition import Group
 
 __all__ = ["GroupCost", "group_costs", "CEILING_BW", "peak_flops", "ITEMSIZE", "Modelled",
@@ -88,13 +88,6 @@ def group_costs(graph: Graph, groups: list[Group], tf32: bool = False) -> list[G
     return out
 
 
-def _view_base(graph: Graph, name: str) -> str:
-    n = graph.node(name)
-    while n.kind == "view" and n.args and hasattr(n.args[0], "name"):
-        n = graph.node(n.args[0].name)
-    return n.name
-
-
 # ops that may read only part of an input (an index, a slice, a gather) or only its shape (``zeros_like``):
 # where one is an input's only reader, that input's bytes are not compulsory, so a graph with one gets no floor
 _PART_READERS = frozenset({
@@ -122,14 +115,13 @@ def floor_seconds(graph: Graph) -> float | None:
         if n.kind in ("opaque", "special") and n.op.split(".")[0] in _PART_READERS:
             return None
         if n.kind == "view":
-            src = graph.node(n.args[0].name) if n.args and hasattr(n.args[0], "name") else None
+            src = graph.node(n.args[0].name) if n.args and isinstance(n.args[0], Ref) else None
             if src is None or n.shape is None or src.shape is None or math.prod(n.shape) < math.prod(src.shape):
                 return None
         elif n.kind not in ("input", "param"):
             compute.append(n.name)
     read = [n.name for n in graph.nodes if n.kind in ("input", "param") and graph.users[n.name]]
-    written = {o.name for o in graph.outputs if hasattr(o, "name")}
-    written = [o for o in written if graph.node(_view_base(graph, o)).kind not in ("input", "param")]
+    written = [o for o in graph.output_names() if graph.view_base(o).kind not in ("input", "param")]
     if not compute or not written:
         return None
     kind = "gemm" if any(graph.node(n).kind in ("gemm", "conv") for n in compute) else "pointwise"

@@ -131,6 +131,13 @@ class Graph:
     def output_names(self) -> set[str]:
         return {o.name for o in self.outputs if isinstance(o, Ref)}
 
+    def view_base(self, name: str) -> Node:
+        """The node ``name`` views, through any chain of views (itself when it is no view)."""
+        n = self.node(name)
+        while n.kind == "view" and n.args and isinstance(n.args[0], Ref):
+            n = self.node(n.args[0].name)
+        return n
+
     def dump(self) -> str:
         lines = []
         for n in self.nodes:
