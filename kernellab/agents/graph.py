@@ -80,6 +80,8 @@ class Context:
     select: Callable[[Any, int], list[Any]]  # (tree, k) -> nodes
     make_tree: Callable[[str], Any]  # problem_id -> search tree
     stop_check: Callable[[str, CampaignState], str | None]  # -> reason to stop this problem
+    # (problem id, candidate id, its full evaluation) -> why it already runs at the problem's floor, or None
+    at_floor: Callable[[str, str, dict], str | None] = lambda pid, cid, evaluation: None
     # (problem, candidate row, deadline: a time.monotonic() value or None) -> the tuning's summary
     tune: Callable[..., dict | None] | None = None
     profile: Callable[[Problem, dict, dict], tuple[list, str | None]] | None = None
@@ -515,7 +517,8 @@ def tune(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig
     the sandbox pool (one after another, a solo campaign's three tunings took 24 s of its 103 s, each
     waiting for the slowest trial of the one before). Not a library-only one: none of its kernels ran
     (KernelBench's 54_conv_standard_3D on the H200: 174 s tuning the tiles of a conv cuDNN ran). Nor one
-    ``TUNE_GAP`` times slower on the GPU than the problem's fastest candidate (a ``tune`` event says so)."""
+    ``TUNE_GAP`` times slower on the GPU than the problem's fastest candidate, nor one already at the
+    problem's floor (``ctx.at_floor``, the roofline stop's own rule): a ``tune`` event says why."""
     ctx = _ctx(runtime)
     if ctx.tune is None:
         return {}
@@ -523,7 +526,7 @@ def tune(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig
     problem = ctx.problems[pid]
     deadline = _deadline(ctx, state)
     done = {e["payload"].get("candidate_id") for e in ctx.store.events(ctx.campaign_id, "tune")}
-    todo, timed = [], {}
+    todo, timed, floor = [], {}, {}
     for c in ctx.store.candidates(ctx.campaign_id, pid):
         full = [e for e in ctx.store.evaluations(candidate_id=c["id"]) if e["kind"] == Kind.FULL]
         if full and full[0]["status"] == "correct" and full[0].get("median_ms") and not full[0].get("interpreted", True):
@@ -532,8 +535,17 @@ def tune(state: CampaignState, runtime: Runtime[Context], config: RunnableConfig
             continue
         if full and full[0]["status"] == "correct" and not full[0].get("library_only"):
             todo.append(c)
+            if c["id"] in timed:
+                floor[c["id"]] = ctx.at_floor(pid, c["id"], full[0])
     if not todo or (deadline is not None and time.monotonic() >= deadline):
         return {}  # no event: a resumed campaign with time left tunes them then
+    # no tile beats the floor: 29_Softplus's seed ran at 101% of it, then tuned 364 s to reach the same 3.0 ms
+    for c in [c for c in todo if floor.get(c["id"])]:
+        todo.remove(c)
+        ctx.event("tune", {"candidate_id": c["id"], "skipped": f"{floor[c['id']].removeprefix('roofline: ')}: "
+                           "no tuning beats the floor"}, event_key(config, "tune", c["id"]))
+    if not todo:
+        return {}
     if timed:
         # tiles and warps do not close a gap this wide: tuning gained at most 2.9x on KernelBench's 131 tunings
         # (13_ConvTranspose3d's conv), and 100_HingeLoss spent 249 s tuning a seed 464x slower than the best

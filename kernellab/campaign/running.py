@@ -295,23 +295,31 @@ def _context(store: BaseStore, camp: dict, config: CampaignConfig, problems: dic
     floors: dict[str, float | None] = {}
     full_size = not small_for(device, config.small)  # the floor is counted at the problem's own sizes
 
+    def floor_of(pid: str) -> float | None:
+        if pid not in floors:
+            floors[pid] = modelled.floor_ms(problems[pid]) if full_size and str(device).startswith("cuda") else None
+        return floors[pid]
+
     def stop_check(pid: str, state: dict) -> str | None:
         tree = search.Tree(store, camp["id"], pid, objective=config.objective)
         fault = problem_fault(store, tree)
         if fault:
             return fault
-        if pid not in floors:
-            floors[pid] = modelled.floor_ms(problems[pid]) if full_size and str(device).startswith("cuda") else None
         return search.stop_reason(tree, budget, store=store, campaign_id=camp["id"], elapsed_s=state.get("elapsed_s", 0.0),
                                   rounds=state.get("round", 0), target=config.target,
-                                  plateau=config.plateau, plateau_gain=config.plateau_gain, floor_ms=floors[pid])
+                                  plateau=config.plateau, plateau_gain=config.plateau_gain, floor_ms=floor_of(pid))
+
+    def at_floor(pid: str, candidate_id: str, evaluation: dict) -> str | None:
+        decision = search.StopRules(floor_ms=floor_of(pid)).at_floor(candidate_id, evaluation.get("median_ms"),
+                                                                    evaluation.get("device"))
+        return decision.reason if decision else None
 
     steps = _Steps(store, camp["id"], config, executor, device)
     return Context(fatal=fatal, store=store, campaign_id=camp["id"], config=config, problems=problems,
                    agents=agents, evaluate_many=steps.evaluate_many, start_evaluation=steps.start_evaluation,
                    select=policy.select,
                    make_tree=lambda pid: search.Tree(store, camp["id"], pid, objective=config.objective),
-                   stop_check=stop_check, tune=steps.tune if steps.tune_trials > 0 else None, profile=steps.profile, reference=steps.reference,
+                   stop_check=stop_check, at_floor=at_floor, tune=steps.tune if steps.tune_trials > 0 else None, profile=steps.profile, reference=steps.reference,
                    model=modelled.model_candidate if device != "cuda" else None,
                    # an LLM planner picks its own expansions: a variant would cost a coder call each
                    variants=modelled.config_variants if config.llm == "builtin" else None, progress=progress)

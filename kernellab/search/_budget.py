@@ -165,15 +165,23 @@ class StopRules:
                             {"window": m, "best_before": before, "best_now": now,
                              "threshold": self.plateau_threshold, "surrogate": tree.best().surrogate})
 
+    def at_floor(self, candidate_id: str, median_ms: float | None, device: str | None) -> StopDecision | None:
+        """A GPU median on the device the floor was measured on, within ``roofline`` of ``floor_ms``."""
+        if self.roofline is None or not self.floor_ms or not median_ms or CEILING_DEVICE not in str(device or ""):
+            return None
+        if self.floor_ms < self.roofline * median_ms:
+            return None
+        return StopDecision("roofline", f"roofline: {candidate_id} runs at {100 * self.floor_ms / median_ms:.0f}% of "
+                            f"the problem's floor, {self.floor_ms:.3g} ms (stop at {self.roofline:.0%})",
+                            {"candidate_id": candidate_id, "floor_ms": self.floor_ms, "median_ms": median_ms,
+                             "pct_of_floor": 100 * self.floor_ms / median_ms})
+
     def _roofline(self, tree: Tree, best) -> StopDecision | None:
         if self.roofline is None or best.surrogate or CEILING_DEVICE not in str(best.best.get("device") or ""):
             return None
-        ms = best.best.get("median_ms")
-        if self.floor_ms and ms and self.floor_ms >= self.roofline * ms:
-            return StopDecision("roofline", f"roofline: {best.id} runs at {100 * self.floor_ms / ms:.0f}% of the "
-                                f"problem's floor, {self.floor_ms:.3g} ms (stop at {self.roofline:.0%})",
-                                {"candidate_id": best.id, "floor_ms": self.floor_ms, "median_ms": ms,
-                                 "pct_of_floor": 100 * self.floor_ms / ms})
+        floor = self.at_floor(best.id, best.best.get("median_ms"), best.best.get("device"))
+        if floor:
+            return floor
         # the graph records each Analysis flat in an "analyze" event: {candidate_id, bound, pct_of_ceiling, ...}
         analyses = [e["payload"] for e in tree.store.events(tree.campaign_id, kind="analyze")]
         analyses = [a for a in analyses if a.get("candidate_id") == best.id]

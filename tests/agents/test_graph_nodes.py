@@ -277,6 +277,36 @@ def test_a_problem_stops_at_its_floor_on_the_gpu(share, stops):
     assert stops or reason is None
 
 
+def test_a_candidate_at_the_problems_floor_is_not_tuned():
+    """The campaign's own context (on cuda, so it counts the floor): a candidate at 95% of the floor on the H200
+    gets a tune event that says why, one at 80% or on another device reaches the tuner."""
+    from kernellab.agents.builtin import modelled
+
+    store = Store(":memory:")
+    cid = new_campaign(store, budget=8)
+    camp = store.get_campaign(cid)
+    cfg = CampaignConfig(**{k: v for k, v in camp["config"].items() if k in CampaignConfig.__dataclass_fields__})
+    problems = campaign.config._problems_of(store, camp)
+    ctx = campaign.running._context(store, camp, cfg, problems, BuiltinAgents(), None, "cuda", None)
+    pid = state_pid(ctx)
+    floor = modelled.floor_ms(problems[pid])
+    code = build(problems[pid])
+    ids = {}
+    for name, share, device in (("at", 0.95, "NVIDIA H200"), ("below", 0.8, "NVIDIA H200"), ("other", 0.95, "NVIDIA A100")):
+        ids[name] = store.add_candidate(cid, pid, code.source + f"# {name}\n", origin="builtin", action=name,
+                                        meta=code.meta, space={"g": {"BLOCK": [256, 1024]}})
+        store.add_evaluation(ids[name], {"status": "correct", "interpreted": False, "device": device,
+                                         "median_ms": floor / share, "eager_ms": floor, "speedup_eager": share})
+    got = []
+    ctx.tune = lambda problem, cand, deadline=None: got.append(cand["id"]) or {"evaluated": 0}
+    tune_node({"problem_ids": [pid], "index": 0, "round": 0, "elapsed_s": 0.0}, Runtime(context=ctx), step(5))
+    assert sorted(got) == sorted([ids["below"], ids["other"]])
+    events = {e["payload"]["candidate_id"]: e["payload"] for e in store.events(cid, "tune")}
+    assert events[ids["at"]]["skipped"].startswith(f"{ids['at']} runs at 95% of the problem's floor")
+    assert events[ids["at"]]["skipped"].endswith("no tuning beats the floor")
+    assert "skipped" not in events[ids["below"]] and "skipped" not in events[ids["other"]]
+
+
 def test_tuning_and_profiling_wait_for_a_campaign_with_time_left(executor):
     """With the time budget spent, the tune and profile steps of the round start nothing and write no
     event, so a resumed campaign with time left does them; with time left, tune gets the deadline."""
