@@ -400,7 +400,8 @@ def auto_split_r(graph: Graph, grp: Group) -> int:
     one program a row left the GPU idle (100_HingeLoss's mean over 2^30 elements: 442 ms, torch.compile's
     0.95 ms), so each row runs as chunks of its own, about four programs per SM, each chunk >= 256 long
     (``SPLIT_R``, which the tuner may set back to 1). 1 otherwise, and where the group cannot split (a
-    reduction with an epilogue that needs the whole row, as a norm's)."""
+    reduction with an epilogue that needs the whole row, as a norm's). Up to 1024 chunks: one row cut in 256
+    ran as 128 programs (the launcher packs two chunks of a long row in a program), under one per SM."""
     if grp.kind != "rows" or not grp.domain:
         return 1
     r = math.prod(grp.domain[d] for d in grp.red_dims)
@@ -408,7 +409,7 @@ def auto_split_r(graph: Graph, grp: Group) -> int:
     if r < SPLIT_MIN_R or rows >= SMS or not split_reduction_ok(graph, grp):
         return 1
     parts = 1
-    while rows * parts < 4 * SMS and r // (parts * 2) >= 256 and parts < 256:
+    while rows * parts < 4 * SMS and r // (parts * 2) >= 256 and parts < 1024:
         parts *= 2
     return parts
 

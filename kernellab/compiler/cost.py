@@ -188,6 +188,11 @@ def _pointwise_s(c: GroupCost, grp: Group, cfg: dict, itemsize: int) -> float:
 def _rows_s(c: GroupCost, grp: Group, cfg: dict, itemsize: int) -> float:
     r = max(1, int(c.dims.get("R", 1)))
     rows = max(1, int(c.dims.get("rows", 1)))
+    sp = max(1, int(cfg.get("SPLIT_R", 1) or 1))  # a split reduction, as its launcher cuts the rows
+    while sp > 1 and (r % sp or r // sp < 256):
+        sp //= 2
+    if sp > 1 and rows < int(cfg.get("SPLIT_MAX_ROWS", 1024)):
+        rows, r = rows * sp, r // sp
     block_r = 1 << (r - 1).bit_length()
     mode = str(cfg.get("mode", "auto"))
     one = mode == "one_pass" or (mode == "auto" and block_r <= int(cfg.get("MAX_R", 8192)))

@@ -239,6 +239,11 @@ def test_the_seed_splits_few_long_rows(src):
     unsplit = build(p, [SplitRows(gid, 1)])
     assert "'SPLIT_R': " not in unsplit.source and modelled_time(p, unsplit) > 1.5 * modelled_time(p, code)
     _check(p, code.source, "the split seed", trials=3)
+    # one row (the loss) is cut in 1024: in 256 it ran as 128 programs, under one an SM; both cost models count it
+    assert config[gid]["SPLIT_R"] == (1024 if src == LOSS else 256)
+    from kernellab.agents.builtin import modelled
+
+    assert modelled.modelled_ms(p, config={gid: {**config[gid], "SPLIT_R": 1}}).ms > 1.5 * modelled.modelled_ms(p).ms
     # the tuner may turn it off again: SPLIT_R=1 takes the one-program-a-row path
     assert 1 in space[gid]["SPLIT_R"] and config[gid]["SPLIT_R"] in space[gid]["SPLIT_R"] and config[gid]["SPLIT_R"] > 1
     parse_space(*flatten_space(space, config))
