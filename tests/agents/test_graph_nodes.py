@@ -211,7 +211,7 @@ def test_the_last_rounds_profile_runs_only_where_a_page_reads_it(vs_compile, pro
 
 
 def test_a_candidate_far_slower_than_the_fastest_is_not_tuned():
-    """Tiles and warps do not close a 10x gap (tuning gained at most 2.9x on KernelBench): such a candidate gets
+    """Tiles and warps rarely close a 3x gap (no tuning of KernelBench's did): such a candidate gets
     a tune event that says why, and only the others reach the tuner."""
     from kernellab.agents.graph import TUNE_GAP
 
@@ -232,7 +232,7 @@ def test_a_candidate_far_slower_than_the_fastest_is_not_tuned():
     assert sorted(got) == sorted([ids["fast"], ids["near"]])
     events = {e["payload"]["candidate_id"]: e["payload"] for e in store.events(cid, "tune")}
     assert set(events) == set(ids.values())
-    assert events[ids["far"]]["skipped"].startswith(f"11x slower than {ids['fast'][:10]}")
+    assert events[ids["far"]]["skipped"].startswith(f"{1.1 * TUNE_GAP:.0f}x slower than {ids['fast'][:10]}")
     assert "skipped" not in events[ids["near"]]
 
 
