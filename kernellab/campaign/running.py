@@ -319,7 +319,8 @@ def _context(store: BaseStore, camp: dict, config: CampaignConfig, problems: dic
                    agents=agents, evaluate_many=steps.evaluate_many, start_evaluation=steps.start_evaluation,
                    select=policy.select,
                    make_tree=lambda pid: search.Tree(store, camp["id"], pid, objective=config.objective),
-                   stop_check=stop_check, at_floor=at_floor, tune=steps.tune if steps.tune_trials > 0 else None, profile=steps.profile, reference=steps.reference,
+                   stop_check=stop_check, at_floor=at_floor,
+                   tune=steps.tune if steps.tune_trials > 0 else None, profile=steps.profile, reference=steps.reference,
                    model=modelled.model_candidate if device != "cuda" else None,
                    # an LLM planner picks its own expansions: a variant would cost a coder call each
                    variants=modelled.config_variants if config.llm == "builtin" else None, progress=progress)
