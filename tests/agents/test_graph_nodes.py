@@ -254,10 +254,8 @@ def test_the_profile_is_skipped_when_a_stop_rule_ends_the_problem():
     assert calls == [] and ev["payload"]["skipped"].startswith("target: speedup_eager 1.5x reached")
 
 
-@pytest.mark.parametrize("share, stops", [(0.95, True), (0.8, False)])
-def test_a_problem_stops_at_its_floor_on_the_gpu(share, stops):
-    """The campaign's stop check divides the problem's floor (its bytes once at the measured bandwidth, at
-    full size) by the best's time: the affine problem moves 2 x 64 MiB, so a best at 95% of that stops."""
+def _cuda_context():
+    """A new campaign's own context on cuda (the runner counts the floor there), its problem and that floor."""
     from kernellab.agents.builtin import modelled
 
     store = Store(":memory:")
@@ -267,7 +265,14 @@ def test_a_problem_stops_at_its_floor_on_the_gpu(share, stops):
     problems = campaign.config._problems_of(store, camp)
     ctx = campaign.running._context(store, camp, cfg, problems, BuiltinAgents(), None, "cuda", None)
     pid = state_pid(ctx)
-    floor = modelled.floor_ms(problems[pid])
+    return store, cid, ctx, pid, problems, modelled.floor_ms(problems[pid])
+
+
+@pytest.mark.parametrize("share, stops", [(0.95, True), (0.8, False)])
+def test_a_problem_stops_at_its_floor_on_the_gpu(share, stops):
+    """The campaign's stop check divides the problem's floor (its bytes once at the measured bandwidth, at
+    full size) by the best's time: the affine problem moves 2 x 64 MiB, so a best at 95% of that stops."""
+    store, cid, ctx, pid, problems, floor = _cuda_context()
     assert floor == pytest.approx(2 * (1 << 24) * 4 / 4.22e12 * 1e3)
     cand = store.add_candidate(cid, pid, build(problems[pid]).source, origin="builtin", action="seed")
     store.add_evaluation(cand, {"status": "correct", "interpreted": False, "device": "NVIDIA H200",
@@ -280,16 +285,7 @@ def test_a_problem_stops_at_its_floor_on_the_gpu(share, stops):
 def test_a_candidate_at_the_problems_floor_is_not_tuned():
     """The campaign's own context (on cuda, so it counts the floor): a candidate at 95% of the floor on the H200
     gets a tune event that says why, one at 80% or on another device reaches the tuner."""
-    from kernellab.agents.builtin import modelled
-
-    store = Store(":memory:")
-    cid = new_campaign(store, budget=8)
-    camp = store.get_campaign(cid)
-    cfg = CampaignConfig(**{k: v for k, v in camp["config"].items() if k in CampaignConfig.__dataclass_fields__})
-    problems = campaign.config._problems_of(store, camp)
-    ctx = campaign.running._context(store, camp, cfg, problems, BuiltinAgents(), None, "cuda", None)
-    pid = state_pid(ctx)
-    floor = modelled.floor_ms(problems[pid])
+    store, cid, ctx, pid, problems, floor = _cuda_context()
     code = build(problems[pid])
     ids = {}
     for name, share, device in (("at", 0.95, "NVIDIA H200"), ("below", 0.8, "NVIDIA H200"), ("other", 0.95, "NVIDIA A100")):
