@@ -631,10 +631,16 @@ def test_tf32rn_own_conv_on_gpu_full_size(rel):
 
 
 def test_strided_transposed_conv_takes_the_subpixel_path():
-    """The phase split is what the transposed cases above exercise when strided and undilated."""
+    """The phase split is what the transposed cases above exercise when strided and undilated. Its phases are the
+    innermost part of the grid's first axis (the phases of a tile share input reads and output sectors in L2),
+    not an axis of their own that runs phase after phase."""
     for case, want in (("conv_transpose2d_stride_over_kernel", True), ("conv_transpose2d_grouped_dilated", False)):
         layer, forward, shape, _ = CASES[case]
-        assert ("SUBPIX=True" in build(_conv_problem(layer, forward, shape)).source) is want, case
+        source = build(_conv_problem(layer, forward, shape)).source
+        assert ("SUBPIX=True" in source) is want, case
+        assert "tl.program_id(2)" not in source
+        if want:
+            assert "cls = pid % (SD * SH * SW)" in source and "triton.cdiv(cout_g, bn) * 9, groups)" in source  # stride 3 x 3
 
 
 def test_planner_and_debugger_know_conv_groups():

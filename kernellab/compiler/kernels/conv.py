@@ -448,9 +448,9 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         ]
     elif _subpixel(spec):
         L += [
-            "    # one grid plane per output phase, sized for the largest phase",
+            "    # every tile once per output phase (the phases innermost), sized for the largest phase",
             f"    qmax = nb * -(-o_d // {stride[0]}) * -(-o_h // {stride[1]}) * -(-o_w // {stride[2]})",
-            f"    grid = (triton.cdiv(qmax, bm) * triton.cdiv(cout_g, bn), groups, {stride[0] * stride[1] * stride[2]})",
+            f"    grid = (triton.cdiv(qmax, bm) * triton.cdiv(cout_g, bn) * {stride[0] * stride[1] * stride[2]}, groups)",
         ]
     else:
         L.append("    grid = (triton.cdiv(m, bm) * triton.cdiv(cout_g, bn), groups)")

@@ -94,10 +94,14 @@ def {{KERNEL}}(
     {{STORE}}
 """
 
-# sub-pixel transposed conv: program_id(2) is the output's phase (o mod s per dim); in one phase the valid taps
-# are k = k0 + s*t, so no tap is visited in vain, and the input pixel is j - t + const
+# sub-pixel transposed conv: the output's phase (o mod s per dim) is the fastest-varying part of program_id(0);
+# in one phase the valid taps are k = k0 + s*t, so no tap is visited in vain, and the input pixel is j - t + const.
+# The phases of one tile run side by side: they read the same input pixels and fill the same output sectors
+# (o and o+1 of a row are two phases). With the phases outermost (a grid axis of their own) ncu measured, on the
+# H200, 2_ConvTranspose2d reading 8.6 GB for a 0.54 GB input and writing 4.3 GB for a 2.15 GB output
 SUBPIXEL_PHASE = """\
-cls = tl.program_id(2)
+cls = pid % (SD * SH * SW)
+pid = pid // (SD * SH * SW)
 rw = cls % SW
 rh = (cls // SW) % SH
 rd = cls // (SW * SH)
