@@ -94,7 +94,8 @@ def page(rows: list[dict], meta: dict) -> str:
     for r in rows:
         st = "; ".join(",".join(str(x["status"]) for x in r[s]) for s in ("new", "old"))
         share = "; ".join(",".join(ms(x["own_kernel_share"]) for x in r[s]) for s in ("new", "old"))
-        eager = ms(statistics.mean([x["eager_ms"] for x in r["new"] + r["old"] if x.get("eager_ms")] or [0]) or None)
+        eagers = [x["eager_ms"] for x in r["new"] + r["old"] if x.get("eager_ms")]
+        eager = ms(statistics.mean(eagers) if eagers else None)
         ratio = f"{r['old_over_new']:.2f}x" if "old_over_new" in r else "-"
         out.append(f"| {r['problem']} | {ms(r.get('new_ms'))} | {ms(r.get('old_ms'))} | {ratio} | {st} | {eager} | {share} |")
     return "\n".join(out) + "\n"

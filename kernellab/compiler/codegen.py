@@ -29,7 +29,7 @@ import torch
 from .ir import Dyn, Graph, Node, Ref, Sym
 from .kernels.conv import ConvOperand, ConvSpec, conv_kernel
 from .kernels.gemm import GemmSpec, Operand, gemm_kernel
-from .kernels.loop_launcher import RUNTIME_HELPERS
+from .kernels.loop_launcher import RUNTIME_HELPERS, SPLIT_MIN_CHUNK
 from .kernels.loopgen import loop_kernel, split_reduction_ok
 from .kernels.pointwise import HELPERS, emit_pw, literal, round_to
 from .kernels.special import special_kernel, torch_expr
@@ -409,7 +409,7 @@ def auto_split_r(graph: Graph, grp: Group) -> int:
     if r < SPLIT_MIN_R or rows >= SMS or not split_reduction_ok(graph, grp):
         return 1
     parts = 1
-    while rows * parts < 4 * SMS and r // (parts * 2) >= 256 and parts < 1024:
+    while rows * parts < 4 * SMS and r // (parts * 2) >= SPLIT_MIN_CHUNK and parts < 1024:
         parts *= 2
     return parts
 

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from .ir import Graph, Ref
+from .kernels.loop_launcher import SPLIT_MAX_ROWS, SPLIT_MIN_CHUNK
 from .partition import Group
 
 __all__ = ["GroupCost", "group_costs", "CEILING_BW", "peak_flops", "ITEMSIZE", "Modelled",
@@ -189,9 +190,9 @@ def _rows_s(c: GroupCost, grp: Group, cfg: dict, itemsize: int) -> float:
     r = max(1, int(c.dims.get("R", 1)))
     rows = max(1, int(c.dims.get("rows", 1)))
     sp = max(1, int(cfg.get("SPLIT_R", 1) or 1))  # a split reduction, as its launcher cuts the rows
-    while sp > 1 and (r % sp or r // sp < 256):
+    while sp > 1 and (r % sp or r // sp < SPLIT_MIN_CHUNK):
         sp //= 2
-    if sp > 1 and rows < int(cfg.get("SPLIT_MAX_ROWS", 1024)):
+    if sp > 1 and rows < int(cfg.get("SPLIT_MAX_ROWS", SPLIT_MAX_ROWS)):
         rows, r = rows * sp, r // sp
     block_r = 1 << (r - 1).bit_length()
     mode = str(cfg.get("mode", "auto"))

@@ -73,6 +73,12 @@ def _kl_canon_or_copy(shape, red, ts, kinds, n_in):
 '''
 
 
+# A split reduction's bounds, as its launcher applies them (and the seed's rule and the cost model with it):
+# each chunk at least SPLIT_MIN_CHUNK long, and only under SPLIT_MAX_ROWS rows (the tuner's default)
+SPLIT_MIN_CHUNK = 256
+SPLIT_MAX_ROWS = 1024
+
+
 class LoopLauncher:
     """The launcher half of ``loopgen._Gen``: reads the generator's group, graph, operands and scalars."""
 
@@ -108,9 +114,9 @@ class LoopLauncher:
         combine = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin"}
         nf = len(self.operands)
         L = ['    sp = int(cfg.get("SPLIT_R", 1))',
-             "    while sp > 1 and (sizes[4] % sp or sizes[4] // sp < 256):",
+             f"    while sp > 1 and (sizes[4] % sp or sizes[4] // sp < {SPLIT_MIN_CHUNK}):",
              "        sp //= 2",
-             '    if sp > 1 and sizes[0] == 1 and nrows < int(cfg.get("SPLIT_MAX_ROWS", 1024)):',
+             f'    if sp > 1 and sizes[0] == 1 and nrows < int(cfg.get("SPLIT_MAX_ROWS", {SPLIT_MAX_ROWS})):',
              f"        ws = [torch.empty((nrows, sp), device=dev, dtype=torch.float32) for _ in range({len(outs)})]",
              "        chunk = sizes[4] // sp",
              f"        st2 = [[st[1], st[2], st[4] * chunk, st[3], st[4]] for st in strides[:{n_in}]]",
