@@ -317,6 +317,17 @@ def conv_precision(graph: Graph, grp: Group, settings: dict) -> str:
         else "ieee"
 
 
+def _conv_cin_g(graph: Graph, cnode: Any) -> int:
+    """Input channels per group as the weight fixes them (0 where its shape or the groups are not known)."""
+    w = graph.node(cnode.args[1].name).shape
+    groups = cnode.attrs["groups"]
+    if not w or len(w) < 2:
+        return 0
+    if cnode.attrs["transposed"]:
+        return int(w[0]) // groups if groups else 0
+    return int(w[1])
+
+
 def _conv_source(graph: Graph, grp: Group, settings: dict, variant: dict) -> tuple[str, str, dict, dict]:
     """(kernel + launcher text, the forward lines, config, space) for one convolution group."""
     cnode = graph.node(grp.gemm)
@@ -375,7 +386,8 @@ def _conv_source(graph: Graph, grp: Group, settings: dict, variant: dict) -> tup
                     dilation=tuple(a["dilation"]), output_padding=tuple(a["output_padding"]), groups=a["groups"],
                     transposed=a["transposed"], dtype=dtype, fp32_precision=prec, operands=tuple(operands),
                     epilogue="\n".join(lines), reduction=reduction, keepdim=keepdim, red_axis=axis,
-                    whole_channels=any(graph.node(n).kind == "reduce" for n in grp.epilogue), tf32_reference=follow)
+                    whole_channels=any(graph.node(n).kind == "reduce" for n in grp.epilogue), tf32_reference=follow,
+                    channels_in=_conv_cin_g(graph, cnode))
     ks = conv_kernel(spec)
     config = {**ks.config, **(variant.get("config") or {})}
     space = dict(ks.space)

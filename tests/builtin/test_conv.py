@@ -142,6 +142,82 @@ def test_conv_variant_matches_torch(load, close, case):
     run(load, close, p, _inputs(*shapes), torch.float32, kernels=1)
 
 
+# 16 or more input channels per group: the tap-major K loop (``TAP_MAJOR``), channel blocks of 16 inside each tap;
+# 20 and 24 leave a partly masked channel block
+TAP_CASES = {
+    "conv2d_strided_padded_dilated": ("Conv2d(20, 16, 3, stride=2, padding=2, dilation=2)",
+                                      "        return torch.relu(self.conv(x))", (2, 20, 9, 8)),
+    "conv2d_asymmetric_nobias": ("Conv2d(24, 32, (2, 3), padding=(0, 1), bias=False)",
+                                 "        return self.conv(x) * 0.5", (1, 24, 5, 7)),
+    "conv3d_grouped": ("Conv3d(32, 32, 3, padding=1, groups=2)", "        return torch.tanh(self.conv(x))",
+                       (1, 32, 3, 4, 5)),
+    "conv1d": ("Conv1d(16, 16, 5, padding=2)", "        return self.conv(x) + 1.0", (2, 16, 11)),
+    "conv_transpose2d_stride1": ("ConvTranspose2d(16, 16, 3, padding=1)", "        return torch.sigmoid(self.conv(x))",
+                                 (2, 16, 5, 6)),
+    "conv_transpose2d_strided_dilated": ("ConvTranspose2d(32, 16, 3, stride=2, padding=1, dilation=2, groups=2)",
+                                         "        return self.conv(x) - 0.25", (1, 32, 4, 5)),
+}
+
+
+@pytest.mark.parametrize("tap_major", [1, 0])
+@pytest.mark.parametrize("case", sorted(TAP_CASES))
+def test_tap_major_and_flat_k_orders_match_torch(load, close, case, tap_major):
+    """Both K orders of the own conv against PyTorch, the launch's ``TAP_MAJOR`` as the config asks (1, the
+    default, where a group has 16 or more input channels; 0 through a SetConfig, the flat order of before)."""
+    layer, forward, shape = TAP_CASES[case]
+    p = _conv_problem(layer, forward, shape)
+    b, grp = _conv_group(p)
+    code = build(p, [] if tap_major else [SetConfig(grp.id, (("TAP_MAJOR", 0),), "flat K order")])
+    mod = load(code.source)
+    kernel, launched = getattr(mod, f"{grp.id}_kernel"), []
+
+    class Spy:  # the launcher looks its kernel up in the module at call time
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                launched.append(kw["TAP_MAJOR"])
+                return kernel[grid](*args, **kw)
+            return launch
+
+    setattr(mod, f"{grp.id}_kernel", Spy())
+    torch.manual_seed(0)
+    ref = mod.Model()
+    torch.manual_seed(0)
+    new = mod.ModelNew()
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        close(new(x), ref(x), torch.float32)
+    assert launched == [bool(tap_major)]
+
+
+def test_subpixel_and_few_channels_keep_the_flat_k_order(load):
+    """The sub-pixel phases choose their own taps, and fewer than 16 input channels fill a K block with taps:
+    both launch the flat order whatever the config says, and their spaces have no TAP_MAJOR to tune (nor has a
+    conv that runs cuDNN's conv where it is tuned)."""
+    from kernellab.agents.builtin import Precision
+
+    for layer, shape, tunes in (("ConvTranspose2d(16, 16, 3, stride=2, padding=1)", (1, 16, 3, 4), False),
+                                ("Conv2d(8, 16, 3)", (1, 8, 5, 5), False), ("Conv2d(16, 16, 3)", (1, 16, 5, 5), True)):
+        p = _conv_problem(layer, "        return self.conv(x)", shape)
+        b, grp = _conv_group(p)
+        mod = load(build(p, [SetConfig(grp.id, (("TAP_MAJOR", 1),), "tap-major")]).source)
+        kernel, launched = getattr(mod, f"{grp.id}_kernel"), []
+
+        class Spy:
+            def __getitem__(self, grid):
+                def launch(*args, **kw):
+                    launched.append(kw["TAP_MAJOR"])
+                    return kernel[grid](*args, **kw)
+                return launch
+
+        setattr(mod, f"{grp.id}_kernel", Spy())
+        with torch.no_grad():
+            mod.ModelNew()(torch.randn(*shape))
+        assert launched == [tunes], layer
+        assert "TAP_MAJOR" not in mod.SPACE[grp.id], layer  # the seed follows cuDNN where it is tuned
+        child = load(build(p, [Precision(grp.id, "tf32rn")]).source)
+        assert ("TAP_MAJOR" in child.SPACE[grp.id]) == tunes, layer
+
+
 def test_residual_dag_epilogue_is_one_kernel(load, close):
     """``x * clamp(x + 3)`` reads the activation twice, a residual input and a per-channel scale come
     from outside: all in the conv kernel's epilogue (a chain-only rule would stop at the relu)."""
@@ -303,14 +379,15 @@ def test_spec_errors_are_one_line():
 
 
 def test_a_conv_that_follows_cudnn_tunes_only_its_epilogue_tiles():
-    """Under the TF32 reference cuDNN runs the conv and the kernel has no K loop: BLOCK_K and num_stages
-    leave the SPACE (they stay in CONFIG, for the kernel's own conv elsewhere)."""
+    """Under the TF32 reference cuDNN runs the conv and the kernel has no K loop: BLOCK_K, num_stages and
+    TAP_MAJOR leave the SPACE (they stay in CONFIG, for the kernel's own conv elsewhere)."""
+    k_loop = {"BLOCK_K", "num_stages", "TAP_MAJOR"}
     own = conv_kernel(ConvSpec("c"))
     follows = conv_kernel(ConvSpec("c", tf32_reference="cudnn"))
     half = conv_kernel(ConvSpec("c", dtype="float16", tf32_reference="cudnn"))
-    assert {"BLOCK_K", "num_stages"} <= set(own.space) and {"BLOCK_K", "num_stages"} <= set(half.space)
-    assert set(own.space) - set(follows.space) == {"BLOCK_K", "num_stages"}
-    assert {"BLOCK_K", "num_stages"} <= set(follows.config)
+    assert k_loop <= set(own.space) and k_loop <= set(half.space)
+    assert set(own.space) - set(follows.space) == k_loop
+    assert k_loop <= set(follows.config)
 
 
 def test_launcher_rejects_mismatched_weight(load):
@@ -335,14 +412,16 @@ def rna_tf32(x: np.ndarray) -> np.ndarray:
         return out.astype(np.float32)  # past the largest TF32 value: inf, as the rounding carries into the exponent
 
 
-def test_tf32_rounding_is_cvt_rna(load):
-    """The kernel's TF32 rounding (bit arithmetic) against the arithmetic definition, over random bit
-    patterns, exact ties of both signs, subnormals, the largest floats, infinities and NaN."""
+@pytest.mark.parametrize("asm", [False, pytest.param(True, marks=pytest.mark.gpu)])  # the PTX instruction: on a GPU
+def test_tf32_rounding_is_cvt_rna(load, asm):
+    """The kernel's TF32 rounding (the interpreter's bit arithmetic; on a GPU the PTX instruction the kernel
+    runs there) against the arithmetic definition, over random bit patterns, exact ties of both signs,
+    subnormals, the largest floats, infinities and NaN."""
     src = ("import torch\nimport triton\nimport triton.language as tl\n\n" + conv_kernel(ConvSpec("c")).source
-           + "\n\n@triton.jit\ndef rna_kernel(x_ptr, y_ptr, N, BLOCK: tl.constexpr):\n"
+           + "\n\n@triton.jit\ndef rna_kernel(x_ptr, y_ptr, N, BLOCK: tl.constexpr, ASM: tl.constexpr):\n"
              "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
              "    x = tl.load(x_ptr + offs, mask=offs < N)\n"
-             "    tl.store(y_ptr + offs, _c_tf32_rna(x), mask=offs < N)\n")
+             "    tl.store(y_ptr + offs, _c_tf32_rna(x, ASM), mask=offs < N)\n")
     mod = load(src)
     rng = np.random.default_rng(0)
     bits = rng.integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32)
@@ -353,10 +432,10 @@ def test_tf32_rounding_is_cvt_rna(load):
     allbits = np.concatenate([bits, ties, ties | 0x80000000, special])
     x = allbits.view(np.float32)
     nan = np.isnan(x)
-    xt = torch.from_numpy(x.copy())
+    xt = torch.from_numpy(x.copy()).to("cuda" if asm else "cpu")
     y = torch.empty_like(xt)
-    mod.rna_kernel[(triton_cdiv(len(x), 1024),)](xt, y, len(x), BLOCK=1024)
-    got = y.numpy()
+    mod.rna_kernel[(triton_cdiv(len(x), 1024),)](xt, y, len(x), BLOCK=1024, ASM=asm)
+    got = y.cpu().numpy()
     assert np.isnan(got[nan]).all()
     want = rna_tf32(x[~nan])
     bad = got[~nan].view(np.uint32) != want.view(np.uint32)

@@ -13,6 +13,13 @@ Layout (why the kernel looks the way it does):
 - Transposed conv (``out[o] += x[i] * w[ci, co, k]`` for ``o = i*s - p + k*d``) gathers the other way:
   for output ``o`` and tap ``k`` the input is ``i = (o + p - k*d) / s`` where that divides exactly.
   Stride > 1 then wastes (s-1)/s of the taps per dim on masked loads: correct, not yet fast.
+- K order. Flat (k = the weight's own (ci, kd, kh, kw) index): every element of the A tile computes its tap's
+  input pixel and bounds, some 20 integer ops, and on the H200 our TF32 convs ran 2-7x slower than cuDNN
+  (KernelBench 17: 6.5 ms tuned, the whole problem 4.4 ms in eager). Tap-major (``TAP_MAJOR``, where a channel
+  group has 16 or more input channels and the kernel runs dots): one K step per (tap, block of BLOCK_K input
+  channels), so a tap's input pixel and bounds are vectors of BLOCK_M, and the gather one add per element.
+  Fewer input channels keep the flat order, whose K blocks taps fill (Cin 3 x 27 taps: 81 of 96 used). The
+  sub-pixel phases always take the flat order (their taps depend on the phase).
 - Tiles are ordered in groups of ``GROUP_M`` pixel blocks (the weight tile is reused from L2).
 - Channel groups narrower than ``DOT_MIN_N`` (8; depthwise: one channel per group) take the FMA path (an
   outer product summed over BLOCK_K in registers, exact fp32); wider ones a dot of at least 16 columns.
@@ -20,7 +27,8 @@ Layout (why the kernel looks the way it does):
 Numerics: fp32 accumulation always; float32 dots use ``input_precision`` ``ieee`` or ``tf32x3`` (~fp32
 accuracy on the tensor cores; codegen decides by the problem's tolerances) or ``tf32`` at loose ones, or
 ``tf32rn``: both operands rounded to TF32 with round-to-nearest, ties away (PTX ``cvt.rna.tf32.f32``,
-what cuDNN/CUTLASS do) before a ``tf32`` dot, whose tensor cores would otherwise truncate the low 13
+what cuDNN/CUTLASS do; that instruction on the GPU, the same rounding by bit arithmetic in the interpreter)
+before a ``tf32`` dot, whose tensor cores would otherwise truncate the low 13
 mantissa bits; every product is then exactly cuDNN's TF32 product and only the summation order differs.
 The FMA path (depthwise) stays exact fp32 at every precision.
 The epilogue runs on the fp32 accumulator, and the result is rounded once to the output dtype.
@@ -48,7 +56,7 @@ from .gemm import KernelSource
 from .template import indent, render, stmts
 
 __all__ = ["ConvSpec", "ConvOperand", "conv_kernel", "CONV_OPERAND_KINDS", "DOT_MIN_N", "REDUCTIONS",
-           "TF32_REFERENCE_MODES"]
+           "TAP_MAJOR_MIN_CIN", "TF32_REFERENCE_MODES"]
 
 CONV_OPERAND_KINDS = ("tensor", "scalar")
 _DTYPES = ("float32", "float16", "bfloat16")
@@ -60,6 +68,8 @@ _RESERVED = {"acc", "mask_n", "tl", "triton", "torch", "math"}
 REDUCTIONS = (None, "sum", "mean", "amax", "amin", "first")
 # channel groups narrower than this (the default config's) take the FMA path, exact fp32 at any dot precision
 DOT_MIN_N = 8
+# input channels per group from which the K loop runs tap-major (a K block of 16 filled by channels alone)
+TAP_MAJOR_MIN_CIN = 16
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,9 @@ class ConvSpec:
     # what to run when the call's reference conv is cuDNN in TF32 (see the module docstring): None (the
     # spec's own conv always), "cudnn" (cuDNN's conv + this kernel as its fused epilogue), "tf32rn"
     tf32_reference: str | None = None
+    # input channels per group where the weight fixes them (0: unknown): fewer than 16 never run tap-major,
+    # so their space has no TAP_MAJOR to tune
+    channels_in: int = 0
 
 
 def _check(spec: ConvSpec) -> None:
@@ -123,6 +136,8 @@ def _check(spec: ConvSpec) -> None:
         raise ValueError(f"{where}: dtype {spec.dtype!r} not in {_DTYPES}")
     if spec.fp32_precision not in _PRECISIONS:
         raise ValueError(f"{where}: fp32_precision {spec.fp32_precision!r} not in {_PRECISIONS}")
+    if not isinstance(spec.channels_in, int) or spec.channels_in < 0:
+        raise ValueError(f"{where}: channels_in must be an int >= 0, got {spec.channels_in!r}")
     if spec.tf32_reference not in TF32_REFERENCE_MODES:
         raise ValueError(f"{where}: tf32_reference {spec.tf32_reference!r} not in {TF32_REFERENCE_MODES}")
     seen = set()
@@ -150,17 +165,20 @@ def default_config(spec: ConvSpec) -> dict[str, Any]:
     # 128 pixels x 64 channels x 32 taps: Cout of the KernelBench convs is 16-128, and K = Cin*taps is
     # often < 100, so wider channel tiles or deeper K steps would mostly be masked
     return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3,
-            "DOT_MIN_N": DOT_MIN_N}
+            "DOT_MIN_N": DOT_MIN_N, "TAP_MAJOR": 1}
 
 
 def space(spec: ConvSpec) -> dict[str, list]:
     out = {"BLOCK_M": [32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128], "BLOCK_K": [16, 32, 64],
-           "GROUP_M": [1, 8], "num_warps": [2, 4, 8], "num_stages": [2, 3, 4], "DOT_MIN_N": [1, 4, 8, 16]}
+           "GROUP_M": [1, 8], "num_warps": [2, 4, 8], "num_stages": [2, 3, 4], "DOT_MIN_N": [1, 4, 8, 16],
+           "TAP_MAJOR": [0, 1]}
     if spec.tf32_reference == "cudnn" and spec.dtype == "float32":
         # where it is tuned (a GPU, the reference's default flags) cuDNN runs the conv and the kernel only its
         # epilogue (LIBRARY): no K loop, so BLOCK_K and num_stages change nothing there and would only multiply
-        # the space by 9. CONFIG keeps them for the kernel's own conv (the CPU, TF32 off).
-        del out["BLOCK_K"], out["num_stages"]
+        # the space by 18. CONFIG keeps them for the kernel's own conv (the CPU, TF32 off).
+        del out["BLOCK_K"], out["num_stages"], out["TAP_MAJOR"]
+    elif _subpixel(spec) or 0 < spec.channels_in < TAP_MAJOR_MIN_CIN:  # the flat K order always (the launcher's rule)
+        del out["TAP_MAJOR"]
     return out
 
 
@@ -185,8 +203,8 @@ def _kernel_src(spec: ConvSpec) -> str:
     params += ["NB", "ID", "IH", "IW", "COUT", "OD", "OH", "OW",
                "sxn", "sxc", "sxd", "sxh", "sxw", "sw0", "sw1", "swd", "swh", "sww", *strides]
     consts = ["CIN_G", "COUT_G", "KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW",
-              "TRANSPOSED", "SUBPIX", "USE_DOT", "UPCAST", "BIG", "TF32RN", "LIBRARY", "BLOCK_M", "BLOCK_N", "BLOCK_K",
-              "GROUP_M"]
+              "TRANSPOSED", "SUBPIX", "USE_DOT", "UPCAST", "BIG", "TF32RN", "RNA_ASM", "LIBRARY", "TAP_MAJOR", "BLOCK_M",
+              "BLOCK_N", "BLOCK_K", "GROUP_M"]
     if red:
         params.insert(3, "ws_ptr")
     params += [f"{c}: tl.constexpr" for c in consts]
@@ -195,7 +213,7 @@ def _kernel_src(spec: ConvSpec) -> str:
     if spec.dtype == "float32":
         # TF32RN (a constexpr: the spec's "tf32rn", or a TF32 reference seen at call time) rounds both
         # operands the way cuDNN does before the tensor cores see them
-        dot = ["if TF32RN:", f'    acc = tl.dot({rna}(a), {rna}(b), acc, input_precision="tf32")', "else:",
+        dot = ["if TF32RN:", f'    acc = tl.dot({rna}(a, RNA_ASM), {rna}(b, RNA_ASM), acc, input_precision="tf32")', "else:",
                f'    acc = tl.dot(a, b, acc, input_precision="{"tf32" if prec == "tf32rn" else prec}")']
         helpers += render(T.TF32_RNA, NAME=rna)
     else:
@@ -429,6 +447,11 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
           if whole else []),
         "    ktot = cin_g * k_d * k_h * k_w",
         '    bk = max(16, min(int(cfg["BLOCK_K"]), triton.next_power_of_2(ktot)))',
+        "    # K in (tap, input channel) order, channels innermost, where a dot's K block is filled by channels alone",
+        (f'    tap_major = use_dot and cin_g >= {TAP_MAJOR_MIN_CIN} and bool(int(cfg.get("TAP_MAJOR", 1)))' if not _subpixel(spec) else
+         "    tap_major = False  # the sub-pixel phases choose their own taps"),
+        "    if tap_major:",
+        '        bk = max(16, min(int(cfg["BLOCK_K"]), triton.next_power_of_2(cin_g)))',
         "    if not use_dot:",
         "        bk = min(bk, max(1, 4096 // (bn * 32)))  # the [BM, BK, BN] product stays in registers",
         "        bk = max(1, min(bk, triton.next_power_of_2(ktot)))",
@@ -465,7 +488,8 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         "        CIN_G=cin_g, COUT_G=cout_g, KD=k_d, KH=k_h, KW=k_w,",
         f"        SD={stride[0]}, SH={stride[1]}, SW={stride[2]}, PD={padding[0]}, PH={padding[1]}, PW={padding[2]},",
         f"        DD={dilation[0]}, DH={dilation[1]}, DW={dilation[2]}, TRANSPOSED={spec.transposed}, SUBPIX={_subpixel(spec)},",
-        f"        USE_DOT=use_dot, UPCAST=({spec.dtype == 'bfloat16'} and not x.is_cuda), BIG=big, TF32RN=rn, LIBRARY=lib,",
+        f"        USE_DOT=use_dot, UPCAST=({spec.dtype == 'bfloat16'} and not x.is_cuda), BIG=big, TF32RN=rn, RNA_ASM=x.is_cuda,",
+        "        LIBRARY=lib, TAP_MAJOR=tap_major,",
         '        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(cfg["GROUP_M"]),',
         '        num_warps=int(cfg["num_warps"]), num_stages=int(cfg["num_stages"]),',
         "    )",

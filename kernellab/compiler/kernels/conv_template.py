@@ -49,36 +49,74 @@ def {{KERNEL}}(
         acc = tl.load(x_ptr + y_off, mask=mask_m[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, KTOT, BLOCK_K):
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            mask_k = offs_k < KTOT
-            {{TAP_COORDS}}
-            if SUBPIX:
-                pass
-            elif TRANSPOSED:
-                # the input pixel a tap reads: (o + p - k*d) / s, where that is a whole number in range
-                td = od[:, None] + PD - kd[None, :] * DD
-                th = oh[:, None] + PH - kh[None, :] * DH
-                tw = ow[:, None] + PW - kw[None, :] * DW
-                ok = (td >= 0) & (th >= 0) & (tw >= 0)
-                td = tl.where(ok, td, 0)
-                th = tl.where(ok, th, 0)
-                tw = tl.where(ok, tw, 0)
-                ok = ok & (td % SD == 0) & (th % SH == 0) & (tw % SW == 0)
-                idd = td // SD
-                ih = th // SH
-                iw = tw // SW
-                ok = ok & (idd < ID) & (ih < IH) & (iw < IW)
-                w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1
+        if TAP_MAJOR:
+            # one step per (tap, block of input channels), channels innermost: a tap's input pixel and its
+            # bounds are vectors of BLOCK_M, and the [BLOCK_M, BLOCK_K] gather costs one add per element
+            NCB = tl.cdiv(CIN_G, BLOCK_K)
+            NSTEPS = KD * KH * KW * NCB
+        else:
+            NSTEPS = tl.cdiv(KTOT, BLOCK_K)
+        for kk in range(0, NSTEPS):
+            if TAP_MAJOR:
+                tap = kk // NCB
+                ci = (kk % NCB) * BLOCK_K + tl.arange(0, BLOCK_K)
+                mask_k = ci < CIN_G
+                kw = tap % KW
+                kh = (tap // KW) % KH
+                kd = tap // (KW * KH)
+                if TRANSPOSED:
+                    td = od + PD - kd * DD
+                    th = oh + PH - kh * DH
+                    tw = ow + PW - kw * DW
+                    okm = (td >= 0) & (th >= 0) & (tw >= 0)
+                    td = tl.where(okm, td, 0)
+                    th = tl.where(okm, th, 0)
+                    tw = tl.where(okm, tw, 0)
+                    okm = okm & (td % SD == 0) & (th % SH == 0) & (tw % SW == 0)
+                    idd = td // SD
+                    ih = th // SH
+                    iw = tw // SW
+                    okm = okm & (idd < ID) & (ih < IH) & (iw < IW)
+                    w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1
+                else:
+                    idd = od * SD - PD + kd * DD
+                    ih = oh * SH - PH + kh * DH
+                    iw = ow * SW - PW + kw * DW
+                    okm = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)
+                    w_off = co[None, :] * sw0 + ci[:, None] * sw1
+                w_off = w_off + (kd * swd + kh * swh + kw * sww)
+                pix = x_base + idd * sxd + ih * sxh + iw * sxw
+                a = tl.load(x_ptr + pix[:, None] + ci[None, :] * sxc, mask=(mask_m & okm)[:, None] & mask_k[None, :], other=0.0)
             else:
-                idd = od[:, None] * SD - PD + kd[None, :] * DD
-                ih = oh[:, None] * SH - PH + kh[None, :] * DH
-                iw = ow[:, None] * SW - PW + kw[None, :] * DW
-                ok = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)
-                w_off = co[None, :] * sw0 + ci[:, None] * sw1
-            w_off = w_off + (kd * swd + kh * swh + kw * sww)[:, None]
-            x_off = x_base[:, None] + ci[None, :] * sxc + idd * sxd + ih * sxh + iw * sxw
-            a = tl.load(x_ptr + x_off, mask=mask_m[:, None] & mask_k[None, :] & ok, other=0.0)
+                offs_k = kk * BLOCK_K + tl.arange(0, BLOCK_K)
+                mask_k = offs_k < KTOT
+                {{TAP_COORDS}}
+                if SUBPIX:
+                    pass
+                elif TRANSPOSED:
+                    # the input pixel a tap reads: (o + p - k*d) / s, where that is a whole number in range
+                    td = od[:, None] + PD - kd[None, :] * DD
+                    th = oh[:, None] + PH - kh[None, :] * DH
+                    tw = ow[:, None] + PW - kw[None, :] * DW
+                    ok = (td >= 0) & (th >= 0) & (tw >= 0)
+                    td = tl.where(ok, td, 0)
+                    th = tl.where(ok, th, 0)
+                    tw = tl.where(ok, tw, 0)
+                    ok = ok & (td % SD == 0) & (th % SH == 0) & (tw % SW == 0)
+                    idd = td // SD
+                    ih = th // SH
+                    iw = tw // SW
+                    ok = ok & (idd < ID) & (ih < IH) & (iw < IW)
+                    w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1
+                else:
+                    idd = od[:, None] * SD - PD + kd[None, :] * DD
+                    ih = oh[:, None] * SH - PH + kh[None, :] * DH
+                    iw = ow[:, None] * SW - PW + kw[None, :] * DW
+                    ok = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)
+                    w_off = co[None, :] * sw0 + ci[:, None] * sw1
+                w_off = w_off + (kd * swd + kh * swh + kw * sww)[:, None]
+                x_off = x_base[:, None] + ci[None, :] * sxc + idd * sxd + ih * sxh + iw * sxw
+                a = tl.load(x_ptr + x_off, mask=mask_m[:, None] & mask_k[None, :] & ok, other=0.0)
             b = tl.load(w_ptr + w_off, mask=mask_k[:, None] & mask_n[None, :], other=0.0)
             if USE_DOT:
                 if UPCAST:  # the interpreter's bf16 dot multiplies raw bits; a bf16 product is exact in fp32
@@ -193,11 +231,17 @@ def {{NAME}}_finish(ws_ptr, out_ptr, COUT, TPS, S, BLOCK_T: tl.constexpr, BLOCK_
 # fp32 -> TF32 as cuDNN rounds (helper named NAME; the trailing blank line separates it from the next function)
 TF32_RNA = """\
 @triton.jit
-def {{NAME}}(x):
-    # fp32 -> TF32 (10 mantissa bits), round to nearest, ties away from zero (cvt.rna.tf32.f32):
-    # add half an ulp of TF32 to the magnitude bits, then clear the 13 low bits; NaN kept as it is
-    u = x.to(tl.int32, bitcast=True)
-    r = ((u + 0x1000) & -8192).to(tl.float32, bitcast=True)
-    return tl.where(x != x, x, r)
+def {{NAME}}(x, ASM: tl.constexpr):
+    # fp32 -> TF32 (10 mantissa bits), round to nearest, ties away from zero (cvt.rna.tf32.f32). On the GPU
+    # (ASM) the instruction itself, one per element: the bit arithmetic below costs four integer ops, and an
+    # operand tile is rounded at every K step. The interpreter runs no PTX: there, add half an ulp of TF32
+    # to the magnitude bits, then clear the 13 low bits; NaN kept as it is
+    if ASM:
+        r = tl.inline_asm_elementwise("cvt.rna.tf32.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        u = x.to(tl.int32, bitcast=True)
+        r = ((u + 0x1000) & -8192).to(tl.float32, bitcast=True)
+        r = tl.where(x != x, x, r)
+    return r
 
 """
