@@ -49,6 +49,11 @@ def {{KERNEL}}(
         acc = tl.load(x_ptr + y_off, mask=mask_m[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if not TRANSPOSED:
+            id0 = od * SD - PD
+            ih0 = oh * SH - PH
+            iw0 = ow * SW - PW
+            pix0 = x_base + id0 * sxd + ih0 * sxh + iw0 * sxw
         if TAP_MAJOR:
             # one step per (tap, block of input channels), channels innermost: a tap's input pixel and its
             # bounds are vectors of BLOCK_M, and the [BLOCK_M, BLOCK_K] gather costs one add per element
@@ -79,9 +84,9 @@ def {{KERNEL}}(
                     okm = okm & (idd < ID) & (ih < IH) & (iw < IW)
                     w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1
                 else:
-                    idd = od * SD - PD + kd * DD
-                    ih = oh * SH - PH + kh * DH
-                    iw = ow * SW - PW + kw * DW
+                    idd = id0 + kd * DD
+                    ih = ih0 + kh * DH
+                    iw = iw0 + kw * DW
                     okm = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)
                     w_off = co[None, :] * sw0 + ci[:, None] * sw1
                 w_off = w_off + (kd * swd + kh * swh + kw * sww)
@@ -91,32 +96,41 @@ def {{KERNEL}}(
                 offs_k = kk * BLOCK_K + tl.arange(0, BLOCK_K)
                 mask_k = offs_k < KTOT
                 {{TAP_COORDS}}
-                if SUBPIX:
-                    pass
-                elif TRANSPOSED:
-                    # the input pixel a tap reads: (o + p - k*d) / s, where that is a whole number in range
-                    td = od[:, None] + PD - kd[None, :] * DD
-                    th = oh[:, None] + PH - kh[None, :] * DH
-                    tw = ow[:, None] + PW - kw[None, :] * DW
-                    ok = (td >= 0) & (th >= 0) & (tw >= 0)
-                    td = tl.where(ok, td, 0)
-                    th = tl.where(ok, th, 0)
-                    tw = tl.where(ok, tw, 0)
-                    ok = ok & (td % SD == 0) & (th % SH == 0) & (tw % SW == 0)
-                    idd = td // SD
-                    ih = th // SH
-                    iw = tw // SW
-                    ok = ok & (idd < ID) & (ih < IH) & (iw < IW)
-                    w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1
+                if TRANSPOSED:
+                    if not SUBPIX:
+                        # the input pixel a tap reads: (o + p - k*d) / s, where that is a whole number in range
+                        td = od[:, None] + PD - kd[None, :] * DD
+                        th = oh[:, None] + PH - kh[None, :] * DH
+                        tw = ow[:, None] + PW - kw[None, :] * DW
+                        ok = (td >= 0) & (th >= 0) & (tw >= 0)
+                        td = tl.where(ok, td, 0)
+                        th = tl.where(ok, th, 0)
+                        tw = tl.where(ok, tw, 0)
+                        ok = ok & (td % SD == 0) & (th % SH == 0) & (tw % SW == 0)
+                        idd = td // SD
+                        ih = th // SH
+                        iw = tw // SW
+                        ok = ok & (idd < ID) & (ih < IH) & (iw < IW)
+                        w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1
+                    w_off = w_off + (kd * swd + kh * swh + kw * sww)[:, None]
+                    x_off = x_base[:, None] + ci[None, :] * sxc + idd * sxd + ih * sxh + iw * sxw
+                    amask = mask_m[:, None] & mask_k[None, :] & ok
                 else:
-                    idd = od[:, None] * SD - PD + kd[None, :] * DD
-                    ih = oh[:, None] * SH - PH + kh[None, :] * DH
-                    iw = ow[:, None] * SW - PW + kw[None, :] * DW
-                    ok = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)
-                    w_off = co[None, :] * sw0 + ci[:, None] * sw1
-                w_off = w_off + (kd * swd + kh * swh + kw * sww)[:, None]
-                x_off = x_base[:, None] + ci[None, :] * sxc + idd * sxd + ih * sxh + iw * sxw
-                a = tl.load(x_ptr + x_off, mask=mask_m[:, None] & mask_k[None, :] & ok, other=0.0)
+                    # the input offset is the pixel's (made before the loop) plus the tap's, a vector each; a dim
+                    # with no padding never leaves the input (the output size is what fits), so it is not checked
+                    x_off = pix0[:, None] + (ci * sxc + (kd * DD) * sxd + (kh * DH) * sxh + (kw * DW) * sxw)[None, :]
+                    amask = mask_m[:, None] & mask_k[None, :]
+                    if PD > 0:
+                        q = id0[:, None] + (kd * DD)[None, :]
+                        amask = amask & (q >= 0) & (q < ID)
+                    if PH > 0:
+                        q = ih0[:, None] + (kh * DH)[None, :]
+                        amask = amask & (q >= 0) & (q < IH)
+                    if PW > 0:
+                        q = iw0[:, None] + (kw * DW)[None, :]
+                        amask = amask & (q >= 0) & (q < IW)
+                    w_off = co[None, :] * sw0 + (ci * sw1 + kd * swd + kh * swh + kw * sww)[:, None]
+                a = tl.load(x_ptr + x_off, mask=amask, other=0.0)
             b = tl.load(w_ptr + w_off, mask=mask_k[:, None] & mask_n[None, :], other=0.0)
             if USE_DOT:
                 if UPCAST:  # the interpreter's bf16 dot multiplies raw bits; a bf16 product is exact in fp32
