@@ -1,0 +1,212 @@
+"""Our own TF32 conv's K loop, side by side: the builtin ``tf32rn`` child (our conv, operands rounded as cuDNN rounds
+them) as generated now (tap-major where a group has 16+ input channels, the rounding by ``cvt.rna.tf32.f32``),
+the same child with the flat K order (``TAP_MAJOR=0``: what the tap-major order alone is worth), and the child as
+the base commit generated it (the flat loop with its 2-D index arithmetic, the rounding by bit arithmetic). Each a
+sandbox evaluation (correctness trials, then timing with eager beside it) in one run, in the order new, flat, base,
+base, flat, new, so that drift weighs on every side alike; cuDNN's seed once, the time to beat.
+
+The base sources are built on a machine with the repository's history (the GPU host's copy may lack it), then
+carried to the GPU host as an ignored folder:
+    PYTHONPATH=. python experiments/bench_conv_kloop.py --make-base .convbase [--base a049370] [PROBLEM.py ...]
+GPU host (full sizes; about 2-3 minutes a problem):
+    PYTHONPATH=. python experiments/bench_conv_kloop.py --base-dir .convbase [PROBLEM.py ...] [--out-dir DIR]
+CPU smoke run (interpreter, SMALL sizes, the ieee child: correctness only; the numbers mean nothing):
+    TRITON_INTERPRET=1 PYTHONPATH=. python experiments/bench_conv_kloop.py --small --base-dir DIR PROBLEM.py --out-dir DIR
+
+The default problems are KernelBench's level-2 17 (Conv2d 64->128, 3x3, no padding) and 10 (ConvTranspose2d
+64->64, 3x3, stride 1, padding 1), whose tf32rn children ran 1.5x and 1.9x slower than the whole eager problem on
+the H200 even after tuning. Writes ``<date>-<device>-conv-kloop.md`` and ``.json``. Exit 2 on bad input (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+KB = ROOT / ".kb" if (ROOT / ".kb").is_dir() else ROOT.parent / "shared" / "kernelbench"
+DEFAULT = [KB / "level2" / n for n in ("17_Conv2d_InstanceNorm_Divide.py", "10_ConvTranspose2d_MaxPool_Hardtanh_Mean_Tanh.py")]
+BASE = "a049370"  # the last commit before the tap-major loop
+ORDER = ("new", "flat", "base", "base", "flat", "new")
+SIDES = ("new", "flat", "base")
+# our conv at cuDNN's TF32 rounding on the GPU (whose reference is cuDNN in TF32); on the CPU, whose reference is exact,
+# at ieee (the same K loop, judged correct there)
+PRECISION = {False: "tf32rn", True: "ieee"}
+
+# a child source: the problem's single conv group at a precision, with extra config (run in the tree being measured, or
+# in the base commit's tree by --make-base)
+_CHILD = r"""
+import sys
+from pathlib import Path
+from kernellab.agents.builtin import Precision, SetConfig, build, built
+from kernellab.problem import load_problem
+
+p = load_problem(Path(sys.argv[1]), validate_run=False)
+convs = [g for g in built(p).groups if g.kind == "conv"]
+if len(convs) != 1:
+    sys.exit(f"{p.name}: {len(convs)} conv groups, not one")
+acts = [Precision(convs[0].id, sys.argv[2])]
+if len(sys.argv) > 3:
+    acts.append(SetConfig(convs[0].id, (("TAP_MAJOR", int(sys.argv[3])),), "flat K order"))
+sys.stdout.write(build(p, acts).source)
+"""
+
+
+class KloopError(Exception):
+    """Bad input: printed as one line, exit 2."""
+
+
+def child_source(path: Path, tree: Path, precision: str, tap_major: int | None = None) -> str:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env.pop("TRITON_INTERPRET", None)  # the source does not depend on it; building needs no kernel run
+    args = [sys.executable, "-c", _CHILD, str(path), precision] + ([] if tap_major is None else [str(tap_major)])
+    proc = subprocess.run(args, cwd=tree, env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise KloopError((proc.stderr.strip().splitlines() or ["building the child failed"])[-1])
+    return proc.stdout
+
+
+def make_base(paths: list[Path], out: Path, ref: str) -> None:
+    """The base commit's children of each problem into ``out/<stem>.<precision>.py`` (``git archive`` of ``ref``): tf32rn
+    for the GPU, ieee for the CPU's smoke run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        arc = Path(tmp) / "base.tar"
+        proc = subprocess.run(["git", "archive", "-o", str(arc), ref, "kernellab"], cwd=ROOT, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise KloopError(f"git archive {ref}: {proc.stderr.strip()[:200]}")
+        with tarfile.open(arc) as t:
+            t.extractall(tmp, filter="data")
+        out.mkdir(parents=True, exist_ok=True)
+        for path in paths:
+            for precision in PRECISION.values():
+                (out / f"{path.stem}.{precision}.py").write_text(child_source(path, Path(tmp), precision))
+            print(f"bench_conv_kloop: {out / path.stem}.*.py ({ref})", file=sys.stderr)
+
+
+def _side(result: dict) -> dict:
+    details = result.get("details") or {}
+    return {k: result.get(k) for k in ("status", "median_ms", "p20_ms", "p80_ms", "eager_ms", "compile_ms",
+                                        "own_kernel_share", "error_class")} | {"gpu_s": details.get("gpu_s")}
+
+
+def run(paths: list[Path], base_dir: Path, small: bool, device: str | None) -> list[dict]:
+    from kernellab import sandbox
+    from kernellab.agents.builtin import build
+    from kernellab.problem import load_problem
+
+    rows = []
+    for path in paths:
+        problem = load_problem(path)
+        precision = PRECISION[bool(small)]
+        sources = {"new": child_source(path, ROOT, precision), "flat": child_source(path, ROOT, precision, 0),
+                   "base": (base_dir / f"{path.stem}.{precision}.py").read_text()}
+        got: dict[str, list[dict]] = {s: [] for s in SIDES}
+        for side in ORDER:
+            result = sandbox.evaluate(problem, sources[side], small=small, device=device, timing=not small)
+            got[side].append(_side(result))
+            print(f"bench_conv_kloop: {problem.name} {side}: {result.get('status')} {result.get('median_ms')} ms",
+                  file=sys.stderr, flush=True)
+        seed = _side(sandbox.evaluate(problem, build(problem).source, small=small, device=device, timing=not small))
+        row = {"problem": problem.name, **got, "seed": seed}
+        med = {s: [r["median_ms"] for r in got[s] if r["status"] == "correct" and r["median_ms"]] for s in SIDES}
+        for s in SIDES:
+            if len(med[s]) == 2:
+                row[f"{s}_ms"] = statistics.mean(med[s])
+        if "new_ms" in row and "base_ms" in row:
+            row["base_over_new"] = row["base_ms"] / row["new_ms"]
+        if "new_ms" in row and "flat_ms" in row:
+            row["flat_over_new"] = row["flat_ms"] / row["new_ms"]
+        rows.append(row)
+    return rows
+
+
+def page(rows: list[dict], meta: dict) -> str:
+    def ms(x: float | None) -> str:
+        return "-" if x is None else f"{x:.4g}"
+
+    def ratio(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}x"
+
+    out = [f"# Our TF32 conv's K loop: tap-major (new) against flat (flat) and the base commit's (base), {meta['date']}", "",
+           f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}; kernellab {meta['commit']}, base "
+           f"{meta['base']}. The builtin {meta['precision']} child at its default config, each side run twice (new, flat, base, base, "
+           "flat, new), each a sandbox evaluation (correctness trials, then timing with eager beside it); the ms below "
+           "are the mean of the two medians. The seed (cuDNN's conv + our epilogue) once, the time to beat.", "",
+           "| problem | new ms | flat ms | base ms | base / new | flat / new | seed (cuDNN) ms | eager ms | statuses (new; flat; base) |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        st = "; ".join(",".join(str(x["status"]) for x in r[s]) for s in SIDES)
+        eagers = [x["eager_ms"] for s in SIDES for x in r[s] if x.get("eager_ms")]
+        seed = r["seed"]["median_ms"] if r["seed"]["status"] == "correct" else None
+        out.append(f"| {r['problem']} | {ms(r.get('new_ms'))} | {ms(r.get('flat_ms'))} | {ms(r.get('base_ms'))} | "
+                   f"{ratio(r.get('base_over_new'))} | {ratio(r.get('flat_over_new'))} | {ms(seed)} | "
+                   f"{ms(statistics.mean(eagers) if eagers else None)} | {st} |")
+    return "\n".join(out) + "\n"
+
+
+def _commit() -> str:
+    """KERNELLAB_COMMIT where given (the GPU host's copy keeps an older commit in .git), else the checkout's."""
+    if os.environ.get("KERNELLAB_COMMIT"):
+        return os.environ["KERNELLAB_COMMIT"]
+    out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("problems", nargs="*", type=Path, help="problem files with one conv (default: KernelBench level-2 17, 10)")
+    ap.add_argument("--make-base", type=Path, metavar="DIR", help="build the base commit's children into DIR, then stop")
+    ap.add_argument("--base", default=BASE, help=f"the base commit for --make-base (default {BASE})")
+    ap.add_argument("--base-dir", type=Path, metavar="DIR", help="the base children --make-base built")
+    ap.add_argument("--small", action="store_true", help="SMALL sizes on the CPU: correctness only")
+    ap.add_argument("--out-dir", type=Path, default=ROOT / "experiments" / "results")
+    args = ap.parse_args(argv)
+    paths = args.problems or DEFAULT
+    try:
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise KloopError(f"no problem file {missing[0]}")
+        if args.make_base:
+            make_base(paths, args.make_base, args.base)
+            return 0
+        if args.base_dir is None:
+            raise KloopError("--base-dir DIR is required (build it with --make-base DIR where git history is)")
+        lacking = [p.stem for p in paths if not (args.base_dir / f"{p.stem}.{PRECISION[args.small]}.py").is_file()]
+        if lacking:
+            raise KloopError(f"no base source {args.base_dir / lacking[0]}.{PRECISION[args.small]}.py: build it with --make-base")
+        import torch
+        import triton
+
+        device = "cpu" if args.small else "cuda"
+        if device == "cuda" and not torch.cuda.is_available():
+            raise KloopError("no CUDA device: run it on the GPU host, or --small on the CPU")
+        rows = run(paths, args.base_dir, args.small, device)
+    except KloopError as exc:
+        print(f"bench_conv_kloop: {exc}", file=sys.stderr)
+        return 2
+    name = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu"
+    meta = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": name,
+            "torch": torch.__version__, "triton": triton.__version__, "commit": _commit(), "base": args.base,
+            "precision": PRECISION[args.small]}
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    tag = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    stem = args.out_dir / f"{meta['date'][:10]}-{tag}-conv-kloop"
+    stem.with_suffix(".md").write_text(page(rows, meta))
+    stem.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
+    print(f"bench_conv_kloop: {stem}.md and .json", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
