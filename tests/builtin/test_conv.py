@@ -156,7 +156,30 @@ TAP_CASES = {
                                  (2, 16, 5, 6)),
     "conv_transpose2d_strided_dilated": ("ConvTranspose2d(32, 16, 3, stride=2, padding=1, dilation=2, groups=2)",
                                          "        return self.conv(x) - 0.25", (1, 32, 4, 5)),
+    # sub-pixel: each phase steps through its own taps; a stride above the kernel leaves phases with none
+    "conv_transpose2d_subpixel": ("ConvTranspose2d(16, 16, 3, stride=2, padding=1, output_padding=1)",
+                                  "        return torch.clamp(self.conv(x), -0.3, 0.3)", (2, 16, 4, 3)),
+    "conv_transpose1d_stride_over_kernel": ("ConvTranspose1d(16, 16, 2, stride=3, output_padding=2)",
+                                            "        return self.conv(x) * 2.0", (2, 16, 5)),
+    "conv_transpose3d_subpixel_grouped": ("ConvTranspose3d(32, 32, 3, stride=2, padding=1, groups=2)",
+                                          "        return torch.relu(self.conv(x))", (1, 32, 2, 3, 3)),
 }
+
+
+def _tap_major_launches(mod, gid: str) -> list:
+    """The TAP_MAJOR of each launch of the conv group ``gid``'s kernel in the candidate module ``mod``, from now on (the
+    launcher looks its kernel up in the module at call time)."""
+    kernel, launched = getattr(mod, f"{gid}_kernel"), []
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                launched.append(kw["TAP_MAJOR"])
+                return kernel[grid](*args, **kw)
+            return launch
+
+    setattr(mod, f"{gid}_kernel", Spy())
+    return launched
 
 
 @pytest.mark.parametrize("tap_major", [1, 0])
@@ -169,16 +192,7 @@ def test_tap_major_and_flat_k_orders_match_torch(load, close, case, tap_major):
     b, grp = _conv_group(p)
     code = build(p, [] if tap_major else [SetConfig(grp.id, (("TAP_MAJOR", 0),), "flat K order")])
     mod = load(code.source)
-    kernel, launched = getattr(mod, f"{grp.id}_kernel"), []
-
-    class Spy:  # the launcher looks its kernel up in the module at call time
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                launched.append(kw["TAP_MAJOR"])
-                return kernel[grid](*args, **kw)
-            return launch
-
-    setattr(mod, f"{grp.id}_kernel", Spy())
+    launched = _tap_major_launches(mod, grp.id)
     torch.manual_seed(0)
     ref = mod.Model()
     torch.manual_seed(0)
@@ -189,27 +203,17 @@ def test_tap_major_and_flat_k_orders_match_torch(load, close, case, tap_major):
     assert launched == [bool(tap_major)]
 
 
-def test_subpixel_and_few_channels_keep_the_flat_k_order(load):
-    """The sub-pixel phases choose their own taps, and fewer than 16 input channels fill a K block with taps:
-    both launch the flat order whatever the config says, and their spaces have no TAP_MAJOR to tune (nor has a
-    conv that runs cuDNN's conv where it is tuned)."""
+def test_few_input_channels_keep_the_flat_k_order(load):
+    """Fewer than 16 input channels fill a K block with taps: the flat order is launched whatever the config says,
+    and such a conv's space has no TAP_MAJOR to tune (nor has a conv that runs cuDNN's conv where it is tuned)."""
     from kernellab.agents.builtin import Precision
 
-    for layer, shape, tunes in (("ConvTranspose2d(16, 16, 3, stride=2, padding=1)", (1, 16, 3, 4), False),
-                                ("Conv2d(8, 16, 3)", (1, 8, 5, 5), False), ("Conv2d(16, 16, 3)", (1, 16, 5, 5), True)):
+    for layer, shape, tunes in (("Conv2d(8, 16, 3)", (1, 8, 5, 5), False), ("Conv2d(16, 16, 3)", (1, 16, 5, 5), True),
+                                ("ConvTranspose2d(8, 16, 3, stride=2)", (1, 8, 3, 3), False)):
         p = _conv_problem(layer, "        return self.conv(x)", shape)
         b, grp = _conv_group(p)
         mod = load(build(p, [SetConfig(grp.id, (("TAP_MAJOR", 1),), "tap-major")]).source)
-        kernel, launched = getattr(mod, f"{grp.id}_kernel"), []
-
-        class Spy:
-            def __getitem__(self, grid):
-                def launch(*args, **kw):
-                    launched.append(kw["TAP_MAJOR"])
-                    return kernel[grid](*args, **kw)
-                return launch
-
-        setattr(mod, f"{grp.id}_kernel", Spy())
+        launched = _tap_major_launches(mod, grp.id)
         with torch.no_grad():
             mod.ModelNew()(torch.randn(*shape))
         assert launched == [tunes], layer

@@ -18,8 +18,8 @@ Layout (why the kernel looks the way it does):
   (KernelBench 17: 6.5 ms tuned, the whole problem 4.4 ms in eager). Tap-major (``TAP_MAJOR``, where a channel
   group has 16 or more input channels and the kernel runs dots): one K step per (tap, block of BLOCK_K input
   channels), so a tap's input pixel and bounds are vectors of BLOCK_M, and the gather one add per element.
-  Fewer input channels keep the flat order, whose K blocks taps fill (Cin 3 x 27 taps: 81 of 96 used). The
-  sub-pixel phases always take the flat order (their taps depend on the phase).
+  Fewer input channels keep the flat order, whose K blocks taps fill (Cin 3 x 27 taps: 81 of 96 used). A
+  sub-pixel phase steps through its own taps only, in either order.
 - Tiles are ordered in groups of ``GROUP_M`` pixel blocks (the weight tile is reused from L2).
 - Channel groups narrower than ``DOT_MIN_N`` (8; depthwise: one channel per group) take the FMA path (an
   outer product summed over BLOCK_K in registers, exact fp32); wider ones a dot of at least 16 columns.
@@ -177,7 +177,7 @@ def space(spec: ConvSpec) -> dict[str, list]:
         # epilogue (LIBRARY): no K loop, so BLOCK_K and num_stages change nothing there and would only multiply
         # the space by 18. CONFIG keeps them for the kernel's own conv (the CPU, TF32 off).
         del out["BLOCK_K"], out["num_stages"], out["TAP_MAJOR"]
-    elif _subpixel(spec) or 0 < spec.channels_in < TAP_MAJOR_MIN_CIN:  # the flat K order always (the launcher's rule)
+    elif 0 < spec.channels_in < TAP_MAJOR_MIN_CIN:  # the flat K order always (the launcher's rule)
         del out["TAP_MAJOR"]
     return out
 
@@ -448,8 +448,7 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         "    ktot = cin_g * k_d * k_h * k_w",
         '    bk = max(16, min(int(cfg["BLOCK_K"]), triton.next_power_of_2(ktot)))',
         "    # K in (tap, input channel) order, channels innermost, where a dot's K block is filled by channels alone",
-        (f'    tap_major = use_dot and cin_g >= {TAP_MAJOR_MIN_CIN} and bool(int(cfg.get("TAP_MAJOR", 1)))' if not _subpixel(spec) else
-         "    tap_major = False  # the sub-pixel phases choose their own taps"),
+        f'    tap_major = use_dot and cin_g >= {TAP_MAJOR_MIN_CIN} and bool(int(cfg.get("TAP_MAJOR", 1)))',
         "    if tap_major:",
         '        bk = max(16, min(int(cfg["BLOCK_K"]), triton.next_power_of_2(cin_g)))',
         "    if not use_dot:",

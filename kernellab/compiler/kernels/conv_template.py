@@ -58,7 +58,10 @@ def {{KERNEL}}(
             # one step per (tap, block of input channels), channels innermost: a tap's input pixel and its
             # bounds are vectors of BLOCK_M, and the [BLOCK_M, BLOCK_K] gather costs one add per element
             NCB = tl.cdiv(CIN_G, BLOCK_K)
-            NSTEPS = KD * KH * KW * NCB
+            if SUBPIX:
+                NSTEPS = TD * TH * TW * NCB  # this phase's taps only
+            else:
+                NSTEPS = KD * KH * KW * NCB
         else:
             NSTEPS = tl.cdiv(KTOT, BLOCK_K)
         for kk in range(0, NSTEPS):
@@ -66,10 +69,22 @@ def {{KERNEL}}(
                 tap = kk // NCB
                 ci = (kk % NCB) * BLOCK_K + tl.arange(0, BLOCK_K)
                 mask_k = ci < CIN_G
-                kw = tap % KW
-                kh = (tap // KW) % KH
-                kd = tap // (KW * KH)
-                if TRANSPOSED:
+                if SUBPIX:
+                    kw = kw0 + SW * (tap % TW)
+                    kh = kh0 + SH * ((tap // TW) % TH)
+                    kd = kd0 + SD * (tap // (TW * TH))
+                else:
+                    kw = tap % KW
+                    kh = (tap // KW) % KH
+                    kd = tap // (KW * KH)
+                if SUBPIX:
+                    # o + p - k is a multiple of s by the choice of k (exact division, negative or not)
+                    idd = (od + PD - kd) // SD
+                    ih = (oh + PH - kh) // SH
+                    iw = (ow + PW - kw) // SW
+                    okm = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)
+                    w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1
+                elif TRANSPOSED:
                     td = od + PD - kd * DD
                     th = oh + PH - kh * DH
                     tw = ow + PW - kw * DW
