@@ -2,10 +2,12 @@
 launchers pass at the problem's own size: what the interpreter never checks (a loop-carried value whose type
 changes, PTX inline assembly, a constexpr branch only the GPU takes) fails here, before device time is spent.
 
-The candidate runs on the meta device, each kernel launch caught instead of run: its arguments give the signature
-(pointer dtypes, 32- or 64-bit integers, constexprs), and ``triton.compile`` builds it down to a cubin with the
-ptxas that Triton bundles. Constexprs the launcher reads off the device (``RNA_ASM=x.is_cuda``) are set as on a GPU.
-A launcher that needs values (not shapes) of its inputs cannot run on the meta device: that problem is reported.
+The candidate runs on the meta device, each kernel launch caught instead of run: its arguments give the signature,
+specialised as Triton's launcher does it (an integer 1 a constant, divisibility by 16 an attribute), and
+``triton.compile`` builds it down to a cubin with the ptxas that Triton bundles. Constexprs the launcher reads off
+the device (``RNA_ASM=x.is_cuda``) are set as on a GPU; a conv seed that follows cuDNN is compiled with its own
+conv (``LIBRARY`` reads False on the meta device). A launcher that needs values (not shapes) of its inputs cannot run
+on the meta device: that problem is reported.
 
     PYTHONPATH=. python experiments/aot_compile.py PROBLEM.py [...] [--children] [--config KEY=VALUE ...]
 
@@ -32,8 +34,6 @@ sys.path.insert(0, str(ROOT))
 
 # constexprs a launcher derives from the tensors' device: on the meta device they read False, on the GPU True
 ON_GPU = {"RNA_ASM": True}
-_PTR = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
-        torch.int32: "i32", torch.int64: "i64", torch.int8: "i8", torch.uint8: "u8", torch.bool: "i1"}
 _ids = itertools.count()
 REPORTED = ("TAP_MAJOR", "TF32RN", "RNA_ASM", "LIBRARY", "BLOCK_M", "BLOCK_N", "BLOCK_K")
 
@@ -53,33 +53,33 @@ def _load(source: str, tmp: Path):
     return mod
 
 
-def signature(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
-    """(signature, constexprs, options) of one launch of the JITFunction ``fn``."""
+def signature(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict, dict]:
+    """(signature, constexprs, attributes, options) of one launch of the JITFunction ``fn``, specialised as Triton's
+    launcher specialises it (an integer 1 becomes a constant, pointers and integers divisible by 16 say so)."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
     kw = dict(kwargs)
     options = {k: kw.pop(k) for k in ("num_warps", "num_stages") if k in kw}
     values = dict(zip(fn.arg_names, args, strict=False)) | kw
-    sig, consts = {}, {}
-    for p, name in zip(fn.params, fn.arg_names, strict=True):
+    sig, consts, attrs = {}, {}, {}
+    for i, (p, name) in enumerate(zip(fn.params, fn.arg_names, strict=True)):
         if name not in values:
-            if p.default is p.default.__class__:  # no default either
+            if not p.has_default:
                 raise AotError(f"{fn.__name__}: argument {name} not passed")
             values[name] = p.default
         v = values[name]
         if p.is_constexpr:
             sig[name], consts[name] = "constexpr", ON_GPU.get(name, v)
-        elif isinstance(v, torch.Tensor):
-            sig[name] = "*" + _PTR[v.dtype]
-        elif isinstance(v, bool):
-            sig[name] = "i1"
-        elif isinstance(v, int):
-            sig[name] = "i64" if not -2**31 <= v < 2**31 else "i32"
-        elif isinstance(v, float):
-            sig[name] = "fp32"
-        elif v is None:
-            sig[name], consts[name] = "constexpr", None
-        else:
-            raise AotError(f"{fn.__name__}: argument {name} of type {type(v).__name__}")
-    return sig, consts, options
+            continue
+        kind, desc = native_specialize_impl(BaseBackend, v, p.is_const, not p.do_not_specialize,
+                                            not p.do_not_specialize_on_alignment)
+        sig[name] = kind
+        if kind == "constexpr":
+            consts[name] = desc
+        elif isinstance(desc, str) and BaseBackend.parse_attr(desc):
+            attrs[(i,)] = BaseBackend.parse_attr(desc)
+    return sig, consts, attrs, options
 
 
 def launches(problem, source: str, tmp: Path) -> list[tuple[object, tuple, dict]]:
@@ -117,14 +117,15 @@ def compile_all(problem, source: str, arch: int = 90) -> list[dict]:
     out, seen = [], set()
     with tempfile.TemporaryDirectory() as tmp:
         for fn, args, kwargs in launches(problem, source, Path(tmp)):
-            sig, consts, options = signature(fn, args, kwargs)
-            key = (fn.__name__, tuple(sorted(sig.items())), tuple(sorted(consts.items())), tuple(sorted(options.items())))
+            sig, consts, attrs, options = signature(fn, args, kwargs)
+            key = (fn.__name__, tuple(sorted(sig.items())), tuple(sorted(consts.items())), tuple(sorted(attrs)),
+                   tuple(sorted(options.items())))
             if key in seen:
                 continue
             seen.add(key)
             t0 = time.perf_counter()
             try:
-                k = triton.compile(ASTSource(fn, sig, consts), target=target, options=options)
+                k = triton.compile(ASTSource(fn, sig, consts, attrs), target=target, options=options)
                 ptx = k.asm.get("ptx", "")
                 out.append({"kernel": fn.__name__, "seconds": round(time.perf_counter() - t0, 2),
                             "wgmma": "wgmma" in ptx, "cvt_rna": "cvt.rna.tf32.f32" in ptx,

@@ -1,14 +1,15 @@
 """Our own TF32 conv's K loop, side by side: the builtin ``tf32rn`` child (our conv, operands rounded as cuDNN rounds
 them) as generated now (tap-major where a group has 16+ input channels, the rounding by ``cvt.rna.tf32.f32``),
-the same child with the flat K order (``TAP_MAJOR=0``: what the tap-major order alone is worth), and the child as
+the same on channels-innermost copies of the input and the weight (``NHWC=1``: vectorised loads, for a copy of the
+input), the same child with the flat K order (``TAP_MAJOR=0``: what the tap-major order alone is worth), and the child as
 the base commit generated it (the flat loop with its 2-D index arithmetic, the rounding by bit arithmetic). Each a
-sandbox evaluation (correctness trials, then timing with eager beside it) in one run, in the order new, flat, base,
-base, flat, new, so that drift weighs on every side alike; cuDNN's seed once, the time to beat.
+sandbox evaluation (correctness trials, then timing with eager beside it) in one run, in the order new, nhwc, flat,
+base, base, flat, nhwc, new, so that drift weighs on every side alike; cuDNN's seed once, the time to beat.
 
 The base sources are built on a machine with the repository's history (the GPU host's copy may lack it), then
 carried to the GPU host as an ignored folder:
     PYTHONPATH=. python experiments/bench_conv_kloop.py --make-base .convbase [--base a049370] [PROBLEM.py ...]
-GPU host (full sizes; about 2-3 minutes a problem):
+GPU host (full sizes; about 3-4 minutes a problem):
     PYTHONPATH=. python experiments/bench_conv_kloop.py --base-dir .convbase [PROBLEM.py ...] [--out-dir DIR]
 CPU smoke run (interpreter, SMALL sizes, the ieee child: correctness only; the numbers mean nothing):
     TRITON_INTERPRET=1 PYTHONPATH=. python experiments/bench_conv_kloop.py --small --base-dir DIR PROBLEM.py --out-dir DIR
@@ -38,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 KB = ROOT / ".kb" if (ROOT / ".kb").is_dir() else ROOT.parent / "shared" / "kernelbench"
 DEFAULT = [KB / "level2" / n for n in ("17_Conv2d_InstanceNorm_Divide.py", "10_ConvTranspose2d_MaxPool_Hardtanh_Mean_Tanh.py")]
 BASE = "a049370"  # the last commit before the tap-major loop
-ORDER = ("new", "flat", "base", "base", "flat", "new")
-SIDES = ("new", "flat", "base")
+ORDER = ("new", "nhwc", "flat", "base", "base", "flat", "nhwc", "new")
+SIDES = ("new", "nhwc", "flat", "base")
 # our conv at cuDNN's TF32 rounding on the GPU (whose reference is cuDNN in TF32); on the CPU, whose reference is exact,
 # at ieee (the same K loop, judged correct there)
 PRECISION = {False: "tf32rn", True: "ieee"}
@@ -58,7 +59,7 @@ if len(convs) != 1:
     sys.exit(f"{p.name}: {len(convs)} conv groups, not one")
 acts = [Precision(convs[0].id, sys.argv[2])]
 if len(sys.argv) > 3:
-    acts.append(SetConfig(convs[0].id, (("TAP_MAJOR", int(sys.argv[3])),), "flat K order"))
+    acts.append(SetConfig(convs[0].id, tuple((k, int(v)) for k, v in (a.split("=") for a in sys.argv[3:])), "K loop"))
 sys.stdout.write(build(p, acts).source)
 """
 
@@ -67,10 +68,10 @@ class KloopError(Exception):
     """Bad input: printed as one line, exit 2."""
 
 
-def child_source(path: Path, tree: Path, precision: str, tap_major: int | None = None) -> str:
+def child_source(path: Path, tree: Path, precision: str, **config: int) -> str:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     env.pop("TRITON_INTERPRET", None)  # the source does not depend on it; building needs no kernel run
-    args = [sys.executable, "-c", _CHILD, str(path), precision] + ([] if tap_major is None else [str(tap_major)])
+    args = [sys.executable, "-c", _CHILD, str(path), precision] + [f"{k}={v}" for k, v in config.items()]
     proc = subprocess.run(args, cwd=tree, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise KloopError((proc.stderr.strip().splitlines() or ["building the child failed"])[-1])
@@ -109,7 +110,8 @@ def run(paths: list[Path], base_dir: Path, small: bool, device: str | None) -> l
     for path in paths:
         problem = load_problem(path)
         precision = PRECISION[bool(small)]
-        sources = {"new": child_source(path, ROOT, precision), "flat": child_source(path, ROOT, precision, 0),
+        sources = {"new": child_source(path, ROOT, precision), "nhwc": child_source(path, ROOT, precision, NHWC=1),
+                   "flat": child_source(path, ROOT, precision, TAP_MAJOR=0),
                    "base": (base_dir / f"{path.stem}.{precision}.py").read_text()}
         got: dict[str, list[dict]] = {s: [] for s in SIDES}
         for side in ORDER:
@@ -127,6 +129,8 @@ def run(paths: list[Path], base_dir: Path, small: bool, device: str | None) -> l
             row["base_over_new"] = row["base_ms"] / row["new_ms"]
         if "new_ms" in row and "flat_ms" in row:
             row["flat_over_new"] = row["flat_ms"] / row["new_ms"]
+        if "new_ms" in row and "nhwc_ms" in row:
+            row["nhwc_over_new"] = row["nhwc_ms"] / row["new_ms"]
         rows.append(row)
     return rows
 
@@ -138,19 +142,22 @@ def page(rows: list[dict], meta: dict) -> str:
     def ratio(x: float | None) -> str:
         return "-" if x is None else f"{x:.2f}x"
 
-    out = [f"# Our TF32 conv's K loop: tap-major (new) against flat (flat) and the base commit's (base), {meta['date']}", "",
+    out = [f"# Our TF32 conv's K loop: tap-major (new), on channels-innermost copies (nhwc), flat (flat) and the base "
+           f"commit's (base), {meta['date']}", "",
            f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}; kernellab {meta['commit']}, base "
-           f"{meta['base']}. The builtin {meta['precision']} child at its default config, each side run twice (new, flat, base, base, "
-           "flat, new), each a sandbox evaluation (correctness trials, then timing with eager beside it); the ms below "
+           f"{meta['base']}. The builtin {meta['precision']} child at its default config, each side run twice (new, nhwc, flat, base, "
+           "base, flat, nhwc, new), each a sandbox evaluation (correctness trials, then timing with eager beside it); the ms below "
            "are the mean of the two medians. The seed (cuDNN's conv + our epilogue) once, the time to beat.", "",
-           "| problem | new ms | flat ms | base ms | base / new | flat / new | seed (cuDNN) ms | eager ms | statuses (new; flat; base) |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| problem | new ms | nhwc ms | flat ms | base ms | base / new | flat / new | nhwc / new | seed (cuDNN) ms | eager ms "
+           "| statuses (new; nhwc; flat; base) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         st = "; ".join(",".join(str(x["status"]) for x in r[s]) for s in SIDES)
         eagers = [x["eager_ms"] for s in SIDES for x in r[s] if x.get("eager_ms")]
         seed = r["seed"]["median_ms"] if r["seed"]["status"] == "correct" else None
-        out.append(f"| {r['problem']} | {ms(r.get('new_ms'))} | {ms(r.get('flat_ms'))} | {ms(r.get('base_ms'))} | "
-                   f"{ratio(r.get('base_over_new'))} | {ratio(r.get('flat_over_new'))} | {ms(seed)} | "
+        out.append(f"| {r['problem']} | {ms(r.get('new_ms'))} | {ms(r.get('nhwc_ms'))} | {ms(r.get('flat_ms'))} | "
+                   f"{ms(r.get('base_ms'))} | {ratio(r.get('base_over_new'))} | {ratio(r.get('flat_over_new'))} | "
+                   f"{ratio(r.get('nhwc_over_new'))} | {ms(seed)} | "
                    f"{ms(statistics.mean(eagers) if eagers else None)} | {st} |")
     return "\n".join(out) + "\n"
 

@@ -38,15 +38,17 @@ def test_sides_are_their_k_orders_and_all_correct(tmp_path):
     f = tmp_path / "tconv16.py"
     f.write_text(PROBLEM)
     new = kloop.child_source(f, ROOT, "ieee")
-    flat = kloop.child_source(f, ROOT, "ieee", 0)
+    flat = kloop.child_source(f, ROOT, "ieee", TAP_MAJOR=0)
+    nhwc = kloop.child_source(f, ROOT, "ieee", NHWC=1)
     assert "'TAP_MAJOR': 1" in new and "'TAP_MAJOR': 0" in flat and 'input_precision="ieee"' in new
+    assert "'NHWC': 0" in new and "'NHWC': 1" in nhwc and "'TAP_MAJOR': 1" in nhwc
     assert kloop.main(["--make-base", str(tmp_path / "base"), "--base", "HEAD", str(f)]) == 0
     assert {p.name for p in (tmp_path / "base").iterdir()} == {"tconv16.tf32rn.py", "tconv16.ieee.py"}
     out = tmp_path / "out"
     assert kloop.main(["--small", "--base-dir", str(tmp_path / "base"), str(f), "--out-dir", str(out)]) == 0
     (js,) = out.glob("*-conv-kloop.json")
     (row,) = json.loads(js.read_text())["rows"]
-    assert [r["status"] for s in kloop.SIDES for r in row[s]] == ["correct"] * 6, row
+    assert [r["status"] for s in kloop.SIDES for r in row[s]] == ["correct"] * 8, row
     assert row["seed"]["status"] == "correct"
 
 

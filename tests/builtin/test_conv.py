@@ -166,15 +166,17 @@ TAP_CASES = {
 }
 
 
-def _tap_major_launches(mod, gid: str) -> list:
+def _tap_major_launches(mod, gid: str, strides: list | None = None) -> list:
     """The TAP_MAJOR of each launch of the conv group ``gid``'s kernel in the candidate module ``mod``, from now on (the
-    launcher looks its kernel up in the module at call time)."""
+    launcher looks its kernel up in the module at call time); ``strides``: gets the input's and the weight's strides."""
     kernel, launched = getattr(mod, f"{gid}_kernel"), []
 
     class Spy:
         def __getitem__(self, grid):
             def launch(*args, **kw):
                 launched.append(kw["TAP_MAJOR"])
+                if strides is not None:
+                    strides.append((args[0].stride(), args[1].stride()))
                 return kernel[grid](*args, **kw)
             return launch
 
@@ -182,17 +184,19 @@ def _tap_major_launches(mod, gid: str) -> list:
     return launched
 
 
-@pytest.mark.parametrize("tap_major", [1, 0])
+@pytest.mark.parametrize("tap_major,nhwc", [(1, 0), (1, 1), (0, 0)])
 @pytest.mark.parametrize("case", sorted(TAP_CASES))
-def test_tap_major_and_flat_k_orders_match_torch(load, close, case, tap_major):
+def test_tap_major_and_flat_k_orders_match_torch(load, close, case, tap_major, nhwc):
     """Both K orders of the own conv against PyTorch, the launch's ``TAP_MAJOR`` as the config asks (1, the
-    default, where a group has 16 or more input channels; 0 through a SetConfig, the flat order of before)."""
+    default, where a group has 16 or more input channels; 0 through a SetConfig, the flat order of before), and
+    tap-major on channels-innermost copies of the input and the weight (``NHWC``)."""
     layer, forward, shape = TAP_CASES[case]
     p = _conv_problem(layer, forward, shape)
     b, grp = _conv_group(p)
-    code = build(p, [] if tap_major else [SetConfig(grp.id, (("TAP_MAJOR", 0),), "flat K order")])
+    code = build(p, [SetConfig(grp.id, (("TAP_MAJOR", tap_major), ("NHWC", nhwc)), "K order")])
     mod = load(code.source)
-    launched = _tap_major_launches(mod, grp.id)
+    strides: list = []
+    launched = _tap_major_launches(mod, grp.id, strides)
     torch.manual_seed(0)
     ref = mod.Model()
     torch.manual_seed(0)
@@ -201,6 +205,8 @@ def test_tap_major_and_flat_k_orders_match_torch(load, close, case, tap_major):
     with torch.no_grad():
         close(new(x), ref(x), torch.float32)
     assert launched == [bool(tap_major)]
+    (xs, ws), = strides
+    assert (xs[1] == 1 and ws[1] == 1) == bool(nhwc), (xs, ws)  # the channels (the weight's dim 1) innermost
 
 
 def test_few_input_channels_keep_the_flat_k_order(load):
@@ -219,7 +225,7 @@ def test_few_input_channels_keep_the_flat_k_order(load):
         assert launched == [tunes], layer
         assert "TAP_MAJOR" not in mod.SPACE[grp.id], layer  # the seed follows cuDNN where it is tuned
         child = load(build(p, [Precision(grp.id, "tf32rn")]).source)
-        assert ("TAP_MAJOR" in child.SPACE[grp.id]) == tunes, layer
+        assert ("TAP_MAJOR" in child.SPACE[grp.id]) == ("NHWC" in child.SPACE[grp.id]) == tunes, layer
 
 
 def test_residual_dag_epilogue_is_one_kernel(load, close):
@@ -383,9 +389,9 @@ def test_spec_errors_are_one_line():
 
 
 def test_a_conv_that_follows_cudnn_tunes_only_its_epilogue_tiles():
-    """Under the TF32 reference cuDNN runs the conv and the kernel has no K loop: BLOCK_K, num_stages and
-    TAP_MAJOR leave the SPACE (they stay in CONFIG, for the kernel's own conv elsewhere)."""
-    k_loop = {"BLOCK_K", "num_stages", "TAP_MAJOR"}
+    """Under the TF32 reference cuDNN runs the conv and the kernel has no K loop: BLOCK_K, num_stages, TAP_MAJOR
+    and NHWC leave the SPACE (they stay in CONFIG, for the kernel's own conv elsewhere)."""
+    k_loop = {"BLOCK_K", "num_stages", "TAP_MAJOR", "NHWC"}
     own = conv_kernel(ConvSpec("c"))
     follows = conv_kernel(ConvSpec("c", tf32_reference="cudnn"))
     half = conv_kernel(ConvSpec("c", dtype="float16", tf32_reference="cudnn"))

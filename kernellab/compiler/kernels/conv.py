@@ -19,7 +19,8 @@ Layout (why the kernel looks the way it does):
   group has 16 or more input channels and the kernel runs dots): one K step per (tap, block of BLOCK_K input
   channels), so a tap's input pixel and bounds are vectors of BLOCK_M, and the gather one add per element.
   Fewer input channels keep the flat order, whose K blocks taps fill (Cin 3 x 27 taps: 81 of 96 used). A
-  sub-pixel phase steps through its own taps only, in either order.
+  sub-pixel phase steps through its own taps only, in either order. ``NHWC`` (tap-major only) copies the input
+  and the weight channels-innermost first, so that a K block is a run of channels at stride 1.
 - Tiles are ordered in groups of ``GROUP_M`` pixel blocks (the weight tile is reused from L2).
 - Channel groups narrower than ``DOT_MIN_N`` (8; depthwise: one channel per group) take the FMA path (an
   outer product summed over BLOCK_K in registers, exact fp32); wider ones a dot of at least 16 columns.
@@ -165,20 +166,20 @@ def default_config(spec: ConvSpec) -> dict[str, Any]:
     # 128 pixels x 64 channels x 32 taps: Cout of the KernelBench convs is 16-128, and K = Cin*taps is
     # often < 100, so wider channel tiles or deeper K steps would mostly be masked
     return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3,
-            "DOT_MIN_N": DOT_MIN_N, "TAP_MAJOR": 1}
+            "DOT_MIN_N": DOT_MIN_N, "TAP_MAJOR": 1, "NHWC": 0}
 
 
 def space(spec: ConvSpec) -> dict[str, list]:
     out = {"BLOCK_M": [32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128], "BLOCK_K": [16, 32, 64],
            "GROUP_M": [1, 8], "num_warps": [2, 4, 8], "num_stages": [2, 3, 4], "DOT_MIN_N": [1, 4, 8, 16],
-           "TAP_MAJOR": [0, 1]}
+           "TAP_MAJOR": [0, 1], "NHWC": [0, 1]}
     if spec.tf32_reference == "cudnn" and spec.dtype == "float32":
         # where it is tuned (a GPU, the reference's default flags) cuDNN runs the conv and the kernel only its
         # epilogue (LIBRARY): no K loop, so BLOCK_K and num_stages change nothing there and would only multiply
         # the space by 18. CONFIG keeps them for the kernel's own conv (the CPU, TF32 off).
-        del out["BLOCK_K"], out["num_stages"], out["TAP_MAJOR"]
+        del out["BLOCK_K"], out["num_stages"], out["TAP_MAJOR"], out["NHWC"]
     elif 0 < spec.channels_in < TAP_MAJOR_MIN_CIN:  # the flat K order always (the launcher's rule)
-        del out["TAP_MAJOR"]
+        del out["TAP_MAJOR"], out["NHWC"]
     return out
 
 
@@ -451,6 +452,12 @@ def _launcher_src(spec: ConvSpec, config: dict[str, Any]) -> str:
         f'    tap_major = use_dot and cin_g >= {TAP_MAJOR_MIN_CIN} and bool(int(cfg.get("TAP_MAJOR", 1)))',
         "    if tap_major:",
         '        bk = max(16, min(int(cfg["BLOCK_K"]), triton.next_power_of_2(cin_g)))',
+        '    if tap_major and int(cfg.get("NHWC", 0)) and not lib:',
+        "        # channels innermost in memory (a copy of the input and the weight): a tap-major K block then reads",
+        "        # a run of channels at stride 1, which the compiler sees and vectorises; NCHW gathers one float at a",
+        "        # time across the channels' planes. The kernel takes any strides",
+        "        x5 = x5.permute(0, 2, 3, 4, 1).contiguous().permute(0, 4, 1, 2, 3)",
+        "        w5 = w5.permute(0, 2, 3, 4, 1).contiguous().permute(0, 4, 1, 2, 3)",
         "    if not use_dot:",
         "        bk = min(bk, max(1, 4096 // (bn * 32)))  # the [BM, BK, BN] product stays in registers",
         "        bk = max(1, min(bk, triton.next_power_of_2(ktot)))",
