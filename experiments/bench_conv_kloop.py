@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -162,14 +160,6 @@ def page(rows: list[dict], meta: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _commit() -> str:
-    """KERNELLAB_COMMIT where given (the GPU host's copy keeps an older commit in .git), else the checkout's."""
-    if os.environ.get("KERNELLAB_COMMIT"):
-        return os.environ["KERNELLAB_COMMIT"]
-    out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("problems", nargs="*", type=Path, help="problem files with one conv (default: KernelBench level-2 17, 10)")
@@ -202,15 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     except KloopError as exc:
         print(f"bench_conv_kloop: {exc}", file=sys.stderr)
         return 2
+    from kernellab import env
+    from kernellab.fileio import write_result_pages
+
     name = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu"
     meta = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": name,
-            "torch": torch.__version__, "triton": triton.__version__, "commit": _commit(), "base": args.base,
+            "torch": torch.__version__, "triton": triton.__version__, "commit": env.git_commit() or "unknown", "base": args.base,
             "precision": PRECISION[args.small]}
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    tag = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    stem = args.out_dir / f"{meta['date'][:10]}-{tag}-conv-kloop"
-    stem.with_suffix(".md").write_text(page(rows, meta))
-    stem.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
+    stem = write_result_pages(args.out_dir, "conv-kloop", meta["date"], name, page(rows, meta), {**meta, "rows": rows})
     print(f"bench_conv_kloop: {stem}.md and .json", file=sys.stderr)
     return 0
 

@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
-import os
 import platform
 import re
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -101,17 +98,6 @@ def page(rows: list[dict], meta: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _commit() -> str:
-    """The checkout's commit, or KERNELLAB_COMMIT where the tree came without its .git (the GPU host)."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip()
-    except OSError:
-        pass
-    return os.environ.get("KERNELLAB_COMMIT", "unknown")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("problems", nargs="*", type=Path, help="problem files (default: KernelBench level-2 2, 16, 34)")
@@ -133,14 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     except OrderError as exc:
         print(f"bench_subpixel_order: {exc}", file=sys.stderr)
         return 2
+    from kernellab import env
+    from kernellab.fileio import write_result_pages
+
     name = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu"
     meta = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": name,
-            "torch": torch.__version__, "triton": triton.__version__, "commit": _commit()}
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    tag = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    stem = args.out_dir / f"{meta['date'][:10]}-{tag}-subpixel-order"
-    stem.with_suffix(".md").write_text(page(rows, meta))
-    stem.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
+            "torch": torch.__version__, "triton": triton.__version__, "commit": env.git_commit() or "unknown"}
+    stem = write_result_pages(args.out_dir, "subpixel-order", meta["date"], name, page(rows, meta), {**meta, "rows": rows})
     print(f"bench_subpixel_order: {stem}.md and .json", file=sys.stderr)
     return 0
 

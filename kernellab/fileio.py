@@ -36,3 +36,17 @@ def write_atomic(path: str | os.PathLike, data: str | bytes, encoding: str = "ut
             pass
         raise
     return out
+
+
+def write_result_pages(out_dir: str | os.PathLike, slug: str, date: str, device: str, markdown: str,
+                       data: dict) -> Path:
+    """A side-by-side benchmark's result pages, ``<out_dir>/<date>-<device>-<slug>.md`` and ``.json`` (the date's day,
+    the device's name as a lowercase slug), each written atomically. Returns the path without its suffix."""
+    import json
+    import re
+
+    tag = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+    stem = Path(out_dir) / f"{date[:10]}-{tag}-{slug}"
+    write_atomic(stem.with_suffix(".md"), markdown)
+    write_atomic(stem.with_suffix(".json"), json.dumps(data, indent=2) + "\n")
+    return stem

@@ -75,6 +75,15 @@ def _inputs(*shapes):
     return [([], [torch.randn(*s)]) for s in shapes]
 
 
+def _seeded_pair(mod, shape: tuple) -> tuple:
+    """(the reference Model, ModelNew with the same weights, an input of ``shape``) of a candidate module."""
+    torch.manual_seed(0)
+    ref = mod.Model()
+    torch.manual_seed(0)
+    new = mod.ModelNew()
+    return ref, new, torch.randn(*shape)
+
+
 def _conv_group(p):
     b = built(p)
     convs = [g for g in b.groups if g.kind == "conv"]
@@ -197,11 +206,7 @@ def test_tap_major_and_flat_k_orders_match_torch(load, close, case, tap_major, n
     mod = load(code.source)
     strides: list = []
     launched = _tap_major_launches(mod, grp.id, strides)
-    torch.manual_seed(0)
-    ref = mod.Model()
-    torch.manual_seed(0)
-    new = mod.ModelNew()
-    x = torch.randn(*shape)
+    ref, new, x = _seeded_pair(mod, shape)
     with torch.no_grad():
         close(new(x), ref(x), torch.float32)
     assert launched == [bool(tap_major)]
@@ -536,11 +541,7 @@ def test_seed_follows_a_tf32_reference_with_cudnns_conv_and_our_epilogue(load, c
         return real(*a, **k)
 
     monkeypatch.setattr(torch.nn.functional, fn, counted)
-    torch.manual_seed(0)
-    ref = mod.Model()
-    torch.manual_seed(0)
-    new = mod.ModelNew()
-    x = torch.randn(*shape)
+    ref, new, x = _seeded_pair(mod, shape)
     with torch.no_grad():
         want = ref(x)
         n_ref = len(calls)

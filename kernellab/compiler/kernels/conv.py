@@ -220,6 +220,8 @@ def _kernel_src(spec: ConvSpec) -> str:
     else:
         dot = ["acc = tl.dot(a, b, acc)"]
 
+    tap_input = f"_{name}_tap_input"  # named in the kernel's transposed branches, which a constexpr leaves out otherwise
+    helpers += render(T.TAP_INPUT, NAME=tap_input)
     subpix = _subpixel(spec)
     loads, epi_args = [], []
     for op in spec.operands:
@@ -273,7 +275,7 @@ def _kernel_src(spec: ConvSpec) -> str:
                    "TW = tl.maximum(tl.cdiv(KW - kw0, SW), 0)", "KTOT = CIN_G * TD * TH * TW"] if subpix else
         ["KTOT = CIN_G * KD * KH * KW"],
         TAP_COORDS=T.SUBPIXEL_TAPS if subpix else T.TAPS,
-        DOT=dot, LOAD_OPERANDS=loads, EPILOGUE=epilogue, STORE=store)
+        DOT=dot, LOAD_OPERANDS=loads, EPILOGUE=epilogue, STORE=store, TAP_INPUT=tap_input)
     text = "\n".join(lines) + "\n"
     if red:
         text += "\n\n" + _finish_src(spec)

@@ -8,9 +8,9 @@ transposed), or cuDNN's output loaded in its place (``LIBRARY``), then the epilo
 from __future__ import annotations
 
 __all__ = ["KERNEL", "SUBPIXEL_PHASE", "SUBPIXEL_PIXELS", "SUBPIXEL_TAPS", "PIXELS", "TAPS", "STORE_OUTPUT",
-           "STORE_POOLED", "STORE_CHANNEL_REDUCED", "FINISH", "TF32_RNA"]
+           "STORE_POOLED", "STORE_CHANNEL_REDUCED", "FINISH", "TF32_RNA", "TAP_INPUT"]
 
-# Holes: HELPERS (the epilogue and TF32 rounding functions), KERNEL, PARAMS; GEMM_ROWS (M: every output pixel,
+# Holes: HELPERS (the epilogue, TF32 rounding and transposed-input functions), KERNEL, PARAMS; TAP_INPUT (the last's name); GEMM_ROWS (M: every output pixel,
 # or the sub-pixel phase's); PIXEL_BLOCKS (pixel blocks: per sample when the spatial dims are reduced);
 # GROUP_ROWS; OFFS_M (the tile's pixels) and MASK_PHASE (sub-pixel only); PIXEL_COORDS (od, oh, ow, nb);
 # TAP_COUNT (KTOT) and TAP_COORDS (kd, kh, kw, ci of the K block; the sub-pixel phase's taps computed there);
@@ -85,18 +85,10 @@ def {{KERNEL}}(
                     okm = (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)
                     w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1
                 elif TRANSPOSED:
-                    td = od + PD - kd * DD
-                    th = oh + PH - kh * DH
-                    tw = ow + PW - kw * DW
-                    okm = (td >= 0) & (th >= 0) & (tw >= 0)
-                    td = tl.where(okm, td, 0)
-                    th = tl.where(okm, th, 0)
-                    tw = tl.where(okm, tw, 0)
-                    okm = okm & (td % SD == 0) & (th % SH == 0) & (tw % SW == 0)
-                    idd = td // SD
-                    ih = th // SH
-                    iw = tw // SW
-                    okm = okm & (idd < ID) & (ih < IH) & (iw < IW)
+                    idd, okd = {{TAP_INPUT}}(od, kd, PD, DD, SD, ID)
+                    ih, okh = {{TAP_INPUT}}(oh, kh, PH, DH, SH, IH)
+                    iw, okw = {{TAP_INPUT}}(ow, kw, PW, DW, SW, IW)
+                    okm = okd & okh & okw
                     w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1
                 else:
                     idd = id0 + kd * DD
@@ -113,19 +105,10 @@ def {{KERNEL}}(
                 {{TAP_COORDS}}
                 if TRANSPOSED:
                     if not SUBPIX:
-                        # the input pixel a tap reads: (o + p - k*d) / s, where that is a whole number in range
-                        td = od[:, None] + PD - kd[None, :] * DD
-                        th = oh[:, None] + PH - kh[None, :] * DH
-                        tw = ow[:, None] + PW - kw[None, :] * DW
-                        ok = (td >= 0) & (th >= 0) & (tw >= 0)
-                        td = tl.where(ok, td, 0)
-                        th = tl.where(ok, th, 0)
-                        tw = tl.where(ok, tw, 0)
-                        ok = ok & (td % SD == 0) & (th % SH == 0) & (tw % SW == 0)
-                        idd = td // SD
-                        ih = th // SH
-                        iw = tw // SW
-                        ok = ok & (idd < ID) & (ih < IH) & (iw < IW)
+                        idd, okd = {{TAP_INPUT}}(od[:, None], kd[None, :], PD, DD, SD, ID)
+                        ih, okh = {{TAP_INPUT}}(oh[:, None], kh[None, :], PH, DH, SH, IH)
+                        iw, okw = {{TAP_INPUT}}(ow[:, None], kw[None, :], PW, DW, SW, IW)
+                        ok = okd & okh & okw
                         w_off = (g * CIN_G + ci)[:, None] * sw0 + offs_n[None, :] * sw1
                     w_off = w_off + (kd * swd + kh * swh + kw * sww)[:, None]
                     x_off = x_base[:, None] + ci[None, :] * sxc + idd * sxd + ih * sxh + iw * sxw
@@ -255,6 +238,20 @@ def {{NAME}}_finish(ws_ptr, out_ptr, COUT, TPS, S, BLOCK_T: tl.constexpr, BLOCK_
     r = {{FOLD}}
     {{SCALE}}
     tl.store(out_ptr + nb * COUT + c, r.to(out_ptr.dtype.element_ty), mask=mask_c)
+"""
+
+# a transposed conv's input index along one dim (helper named NAME): output o and tap k read input (o + p - k*d) / s,
+# where that is a whole number in range; any shapes (a tap-major vector, a flat [pixels, taps] tile)
+TAP_INPUT = """\
+@triton.jit
+def {{NAME}}(o, k, P, D, S, N):
+    t = o + P - k * D
+    ok = t >= 0
+    t = tl.where(ok, t, 0)  # the division of a negative number rounds differently in the interpreter
+    ok = ok & (t % S == 0)
+    i = t // S
+    return i, ok & (i < N)
+
 """
 
 # fp32 -> TF32 as cuDNN rounds (helper named NAME; the trailing blank line separates it from the next function)
