@@ -176,7 +176,7 @@ def space(spec: ConvSpec) -> dict[str, list]:
     if spec.tf32_reference == "cudnn" and spec.dtype == "float32":
         # where it is tuned (a GPU, the reference's default flags) cuDNN runs the conv and the kernel only its
         # epilogue (LIBRARY): no K loop, so BLOCK_K and num_stages change nothing there and would only multiply
-        # the space by 18. CONFIG keeps them for the kernel's own conv (the CPU, TF32 off).
+        # the space by 36. CONFIG keeps them for the kernel's own conv (the CPU, TF32 off).
         del out["BLOCK_K"], out["num_stages"], out["TAP_MAJOR"], out["NHWC"]
     elif 0 < spec.channels_in < TAP_MAJOR_MIN_CIN:  # the flat K order always (the launcher's rule)
         del out["TAP_MAJOR"], out["NHWC"]
