@@ -536,10 +536,48 @@ class _Partitioner:
                 raise AssertionError(f"{grp.id}: a {grp.kind} group must have one output, its tail ({grp.outputs})")
 
 
+def _split_norm_cuts(graph: Graph, groups: list[Group]) -> tuple[set[str], set[str]]:
+    """(cuts, the nodes of the groups they cut) for rows groups of few long rows that reduce at two levels (a
+    training BatchNorm: the mean, then the variance of ``x - mean``, then the normalised tensor, in one program per
+    channel: 64 rows of 2^24 on KernelBench 33): every pw node that reads one of the group's reductions starts a
+    group of its own, so that each level becomes a split reduction (``codegen.auto_split_r``) and the
+    normalisation a pointwise pass (``decompose.batch_norm_train`` computes its ``x - mean`` again for it)."""
+    import math
+
+    from .codegen import SMS, SPLIT_MIN_R
+    from .kernels.loopgen import split_reduction_ok
+
+    cuts: set[str] = set()
+    cut_nodes: set[str] = set()
+    for grp in groups:
+        if grp.kind != "rows" or not grp.domain or split_reduction_ok(graph, grp):
+            continue
+        r = math.prod(grp.domain[d] for d in grp.red_dims)
+        if r < SPLIT_MIN_R or math.prod(grp.domain) // max(1, r) >= SMS:
+            continue
+        reds = {n for n in grp.nodes if graph.node(n).kind == "reduce"}
+        mine = {n for n in grp.nodes if graph.node(n).kind == "pw" and any(x in reds for x in graph.node(n).refs())}
+        if len(reds) >= 2 and mine:
+            cuts |= mine
+            cut_nodes |= set(grp.nodes)
+    return cuts, cut_nodes
+
+
 def partition(graph: Graph, options: Options | None = None) -> list[Group]:
-    """Fusion groups of ``graph`` in execution order."""
-    p = _Partitioner(graph, options or Options())
+    """Fusion groups of ``graph`` in execution order. Where rows groups of few long rows reduce at two levels
+    they are cut (``_split_norm_cuts``), if every rows group the cuts make is then a split reduction."""
+    options = options or Options()
+    p = _Partitioner(graph, options)
     groups = p.run()
+    cuts, cut_nodes = _split_norm_cuts(graph, groups)
+    if cuts - options.cuts:
+        from .kernels.loopgen import split_reduction_ok
+
+        p2 = _Partitioner(graph, Options(cuts=options.cuts | cuts, torch_nodes=options.torch_nodes,
+                                         no_row_fusion=options.no_row_fusion, library_gemm=options.library_gemm))
+        groups2 = p2.run()
+        if all(split_reduction_ok(graph, g) for g in groups2 if g.kind == "rows" and cut_nodes & set(g.nodes)):
+            p, groups = p2, groups2
     # run order: a group after every group it reads from, else by its first node
     by_id = {g.id: g for g in groups}
     done: set[str] = set()

@@ -79,6 +79,16 @@ BN_VARIANTS = {
 }
 
 
+# few channels of long rows (6 of 8 x 128 x 64; KernelBench's 33 is 64 of 2^24): the statistics run as split
+# reductions and the normalisation as a pointwise pass (``partition._split_norm_cuts``); at SMALL size (32 x 32
+# pixels) each channel still runs as 4 chunks, the unbiased variance of the running statistics combined from them
+BN_SIZES = {"bn2d_split": ("batch = 4\nchannels = 6\nheight = 5\nwidth = 7\n",
+                           "batch = 8\nchannels = 6\nheight = 128\nwidth = 64\n",
+                           'SMALL = {"batch": 3, "channels": 4, "height": 5, "width": 3}',
+                           'SMALL = {"batch": 3, "channels": 4, "height": 32, "width": 32}')}
+BN_VARIANTS["bn2d_split"] = ""
+
+
 @pytest.mark.parametrize("variant", sorted(BN_VARIANTS))
 def test_training_batchnorm_seed_is_correct_and_updates_running_stats(tmp_path, load, variant):
     import torch
@@ -86,10 +96,18 @@ def test_training_batchnorm_seed_is_correct_and_updates_running_stats(tmp_path, 
     from kernellab.problem import instantiate
 
     f = tmp_path / f"bn_train_{variant}.py"
-    f.write_text(BN_TRAIN.read_text() + BN_VARIANTS[variant])
+    text = BN_TRAIN.read_text()
+    if variant in BN_SIZES:
+        sizes, split, small, split_small = BN_SIZES[variant]
+        assert sizes in text and small in text
+        text = text.replace(sizes, split).replace(small, split_small)
+    f.write_text(text + BN_VARIANTS[variant])
     problem = load_problem(f)
     assert problem.mode == "train"
     code = build(problem)
+    if variant in BN_SIZES:
+        assert code.source.count("ws = [torch.empty((nrows, sp)") == 2, "the mean's and the variances' groups split"
+        assert "* (sp * (r2 - 1.0) / (r - 1.0))" in code.source  # the unbiased variance's chunks combined
     result = sandbox.evaluate(problem, code.source, small=True, device="cpu", trials=3, timing=False)
     assert result["status"] == "correct", f"{result['status']}: {result['error_text']}"
     assert "_native_batch_norm_legit_functional.default" not in code.meta["uncaptured"], code.meta

@@ -7,6 +7,7 @@ emitted once per candidate file. ``loopgen._Gen`` inherits the launcher; the ind
 from __future__ import annotations
 
 from ..ir import Ref
+from .pointwise import literal
 
 __all__ = ["LoopLauncher", "RUNTIME_HELPERS"]
 
@@ -85,14 +86,15 @@ class LoopLauncher:
     # -- split reductions -------------------------------------------------------------------------
     def split_ops(self) -> list[str] | None:
         """The reduce op of each output when the group can split its rows across programs: one level
-        of sum / mean / amax / amin (no reduction reads another), every output one of those
-        reductions, in float32 (the partials are stored in the output's type). None otherwise."""
+        of sum / mean / amax / amin (no reduction reads another; a mean may have a correction, a variance's),
+        every output one of those reductions, in float32 (the partials are stored in the output's type).
+        None otherwise."""
         if not self.rows:
             return None
         reds = {n for n in self.grp.nodes if self.g.node(n).kind == "reduce"}
         for n in reds:
             node = self.g.node(n)
-            if node.op not in ("sum", "mean", "amax", "amin") or node.attrs.get("correction"):
+            if node.op not in ("sum", "mean", "amax", "amin") or node.attrs.get("correction") and node.op != "mean":
                 return None
             stack = [a.name for a in node.args if isinstance(a, Ref)]
             while stack:  # no reduction upstream inside the group
@@ -110,7 +112,8 @@ class LoopLauncher:
         """Launcher lines: with few rows and a long innermost reduced run, each row is cut into ``sp``
         chunks that run as rows of their own (the split index becomes the innermost kept dim); the
         kernel writes one partial per chunk and PyTorch combines the ``sp`` partials of each row (equal
-        chunks: a mean of means is the mean). The reduced run must divide evenly."""
+        chunks: a mean of means is the mean; a chunk's mean with correction c divided its sum by r2 - c, so
+        the mean of those times sp * (r2 - c) / (r - c) is the row's). The reduced run must divide evenly."""
         combine = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin"}
         nf = len(self.operands)
         L = ['    sp = int(cfg.get("SPLIT_R", 1))',
@@ -135,8 +138,11 @@ class LoopLauncher:
              f"        kern[(triton.cdiv(nr2, block_rows),)](*ts[:{n_in}], *ws, {''.join(c + ', ' for c in cs)}"
              f"sizes[1], sizes[2], sp, sizes[3], chunk, nr2, r2, *flat2, BLOCK_ROWS=block_rows, BLOCK_R=block_r, "
              f"BIG=big, {', '.join(f'FULL{k}=False' for k in range(nf))}, INNER=False, num_warps=warps)"]
-        for j, (o, op) in enumerate(zip(outs, ops, strict=True)):
-            L.append(f"        {o}.view(-1).copy_(torch.{combine[op]}(ws[{j}], dim=1))")
+        values = [o.value for o in self.operands if o.is_output]
+        for j, (o, op, v) in enumerate(zip(outs, ops, values, strict=True)):
+            corr = self.g.node(v).attrs.get("correction") if op == "mean" else None
+            scale = f" * (sp * (r2 - {literal(corr)}) / (r - {literal(corr)}))" if corr else ""
+            L.append(f"        {o}.view(-1).copy_(torch.{combine[op]}(ws[{j}], dim=1){scale})")
         ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"
         L.append(f"        return {ret}")
         return L
