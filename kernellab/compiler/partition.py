@@ -17,7 +17,9 @@ Group kinds:
 - ``torch``      one view / opaque / getitem node, or a node an action sent back to PyTorch.
 
 A node may join a group unless a value it reads from outside comes from a group that (transitively)
-reads the group itself: the group dependency graph stays acyclic and groups run in its order.
+reads the group itself: the group dependency graph stays acyclic and groups run in its order. A rows group
+of few long rows that reduces at two levels (a training BatchNorm) is cut into split reductions and a
+pointwise pass where that works (``_split_norm_cuts``).
 Options (``Options``) come from the replayed actions: ``cuts`` (nodes that must start a new group),
 ``torch_nodes`` (nodes run by PyTorch), ``no_row_fusion`` (GEMM groups that keep their row
 reduction out) and ``library_gemm`` (GEMMs run by cuBLAS, their epilogue then a pointwise group).
