@@ -2,7 +2,8 @@
 them) as generated now (tap-major where a group has 16+ input channels, the rounding by ``cvt.rna.tf32.f32``),
 the same on channels-innermost copies of the input and the weight (``NHWC=1``: vectorised loads, for a copy of the
 input), the same child with the flat K order (``TAP_MAJOR=0``: what the tap-major order alone is worth), and the child as
-the base commit generated it (the flat loop with its 2-D index arithmetic, the rounding by bit arithmetic). Each a
+the base commit generated it (the flat loop with its 2-D index arithmetic, the rounding by bit arithmetic, and the
+tiles it defaulted to, 128x64x32 on four warps, where the others start from 64x128x16 on two). Each a
 sandbox evaluation (correctness trials, then timing with eager beside it) in one run, in the order new, nhwc, flat,
 base, base, flat, nhwc, new, so that drift weighs on every side alike; cuDNN's seed once, the time to beat.
 
@@ -143,9 +144,10 @@ def page(rows: list[dict], meta: dict) -> str:
     out = [f"# Our TF32 conv's K loop: tap-major (new), on channels-innermost copies (nhwc), flat (flat) and the base "
            f"commit's (base), {meta['date']}", "",
            f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}; kernellab {meta['commit']}, base "
-           f"{meta['base']}. The builtin {meta['precision']} child at its default config, each side run twice (new, nhwc, flat, base, "
-           "base, flat, nhwc, new), each a sandbox evaluation (correctness trials, then timing with eager beside it); the ms below "
-           "are the mean of the two medians. The seed (cuDNN's conv + our epilogue) once, the time to beat.", "",
+           f"{meta['base']}. The builtin {meta['precision']} child at its default config (base: the base commit's default "
+           "tiles), each side run twice (new, nhwc, flat, base, base, flat, nhwc, new), each a sandbox evaluation "
+           "(correctness trials, then timing with eager beside it); the ms below are the mean of the two medians. The "
+           "seed (cuDNN's conv + our epilogue) once, the time to beat.", "",
            "| problem | new ms | nhwc ms | flat ms | base ms | base / new | flat / new | nhwc / new | seed (cuDNN) ms | eager ms "
            "| statuses (new; nhwc; flat; base) |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
