@@ -552,14 +552,14 @@ def _split_norm_cuts(graph: Graph, groups: list[Group]) -> tuple[set[str], set[s
     cuts: set[str] = set()
     cut_nodes: set[str] = set()
     for grp in groups:
-        if grp.kind != "rows" or not grp.domain or split_reduction_ok(graph, grp):
+        if grp.kind != "rows" or not grp.domain:
             continue
         r = math.prod(grp.domain[d] for d in grp.red_dims)
         if r < SPLIT_MIN_R or math.prod(grp.domain) // max(1, r) >= SMS:
             continue
         reds = {n for n in grp.nodes if graph.node(n).kind == "reduce"}
         mine = {n for n in grp.nodes if graph.node(n).kind == "pw" and any(x in reds for x in graph.node(n).refs())}
-        if len(reds) >= 2 and mine:
+        if len(reds) >= 2 and mine and not split_reduction_ok(graph, grp):
             cuts |= mine
             cut_nodes |= set(grp.nodes)
     return cuts, cut_nodes
