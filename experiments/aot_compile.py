@@ -128,7 +128,7 @@ def compile_all(problem, source: str, arch: int = 90) -> list[dict]:
                 k = triton.compile(ASTSource(fn, sig, consts, attrs), target=target, options=options)
                 ptx = k.asm.get("ptx", "")
                 out.append({"kernel": fn.__name__, "seconds": round(time.perf_counter() - t0, 2),
-                            "wgmma": "wgmma" in ptx, "cvt_rna": "cvt.rna.tf32.f32" in ptx,
+                            "wgmma": "wgmma" in ptx, "mma_sync": "mma.sync" in ptx, "cvt_rna": "cvt.rna.tf32.f32" in ptx,
                             "constexprs": {n: v for n, v in consts.items() if n in REPORTED}})
             except Exception as exc:  # noqa: BLE001 - the compile error is the result
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                     if "error" in r:
                         print(f"{problem.name} [{what}] {r['kernel']}: {r['error']}", flush=True)
                         continue
-                    notes = [k for k in ("wgmma", "cvt_rna") if r[k]] + [f"{k}={v}" for k, v in r["constexprs"].items()]
+                    notes = [k for k in ("wgmma", "mma_sync", "cvt_rna") if r[k]] + [f"{k}={v}" for k, v in r["constexprs"].items()]
                     print(f"{problem.name} [{what}] {r['kernel']}: {r['seconds']} s {' '.join(notes)}", flush=True)
     except AotError as exc:
         print(f"aot_compile: {exc}", file=sys.stderr)

@@ -36,6 +36,8 @@ for path in sys.argv[1:]:
             broken = src.replace("q = ih0[:, None]", "t = ih0[:, None]").replace("(q >= 0) & (q < IH)", "(t >= 0) & (t < IH)")
             out[f"{p.name}:broken"] = [r for r in A.compile_all(p, broken) if "conv" in r["kernel"]]
         out[f"{p.name}:{tap}"] = [r for r in A.compile_all(p, src) if "conv" in r["kernel"]]
+    w4 = build(p, [Precision(g.id, "tf32rn"), SetConfig(g.id, (("num_warps", 4),), "a warpgroup")]).source
+    out[f"{p.name}:w4"] = [r for r in A.compile_all(p, w4) if "conv" in r["kernel"]]
 print(json.dumps(out))
 """
 
@@ -53,9 +55,12 @@ def test_tf32rn_convs_compile_for_sm90_in_both_k_orders_and_a_type_change_is_cau
             rows = got[f"{name}:{tap}"]
             assert len(rows) == 1 and "error" not in rows[0], rows
             r = rows[0]
-            # the launch asked for the order, the GPU's rounding instruction and Hopper's tensor-core MMA are in the PTX
+            # the launch asked for the order, and the GPU's rounding instruction and a tensor-core MMA are in the PTX (at
+            # the own conv's default two warps an mma.sync: Hopper's wgmma takes a warpgroup of four)
             assert r["constexprs"]["TAP_MAJOR"] is bool(tap) and r["constexprs"]["TF32RN"] is True, r
-            assert r["cvt_rna"] and r["wgmma"], r
+            assert r["cvt_rna"] and (r["wgmma"] or r["mma_sync"]), r
+        (w4,) = got[f"{name}:w4"]
+        assert "error" not in w4 and w4["wgmma"], w4  # four warps: Hopper's wgmma
     broken = got[f"{PADDED.stem}:broken"]
     assert len(broken) == 1 and "Loop-carried variable t" in broken[0].get("error", ""), broken
 
