@@ -6,6 +6,8 @@ the base commit generated it (the flat loop with its 2-D index arithmetic, the r
 tiles it defaulted to, 128x64x32 on four warps, where the others start from 64x128x16 on two). Each a
 sandbox evaluation (correctness trials, then timing with eager beside it) in one run, in the order new, nhwc, flat,
 base, base, flat, nhwc, new, so that drift weighs on every side alike; cuDNN's seed once, the time to beat.
+``--sides`` picks others (new first), ``w4`` among them: four warps, where the default's two run ``mma.sync`` and
+Hopper's ``wgmma`` needs a warpgroup of four.
 
 The base sources are built on a machine with the repository's history (the GPU host's copy may lack it), then
 carried to the GPU host as an ignored folder:
@@ -38,8 +40,11 @@ sys.path.insert(0, str(ROOT))
 KB = ROOT / ".kb" if (ROOT / ".kb").is_dir() else ROOT.parent / "shared" / "kernelbench"
 DEFAULT = [KB / "level2" / n for n in ("17_Conv2d_InstanceNorm_Divide.py", "10_ConvTranspose2d_MaxPool_Hardtanh_Mean_Tanh.py")]
 BASE = "a049370"  # the last commit before the tap-major loop
-ORDER = ("new", "nhwc", "flat", "base", "base", "flat", "nhwc", "new")
-SIDES = ("new", "nhwc", "flat", "base")
+# each side: the child's config beside the generated one ("base": the base commit's child); what it isolates
+SIDES = {"new": ({}, "as generated"), "nhwc": ({"NHWC": 1}, "on channels-innermost copies"),
+         "flat": ({"TAP_MAJOR": 0}, "the flat K loop"), "w4": ({"num_warps": 4}, "four warps (Hopper's wgmma)"),
+         "base": (None, "the base commit's child")}
+DEFAULT_SIDES = ("new", "nhwc", "flat", "base")
 # our conv at cuDNN's TF32 rounding on the GPU (whose reference is cuDNN in TF32); on the CPU, whose reference is exact,
 # at ieee (the same K loop, judged correct there)
 PRECISION = {False: "tf32rn", True: "ieee"}
@@ -100,7 +105,13 @@ def _side(result: dict) -> dict:
                                         "own_kernel_share", "error_class")} | {"gpu_s": details.get("gpu_s")}
 
 
-def run(paths: list[Path], base_dir: Path, small: bool, device: str | None) -> list[dict]:
+def order(sides: tuple[str, ...]) -> tuple[str, ...]:
+    """Each side twice, there and back (new, nhwc, flat, base, base, flat, nhwc, new)."""
+    return (*sides, *reversed(sides))
+
+
+def run(paths: list[Path], base_dir: Path | None, small: bool, device: str | None,
+        sides: tuple[str, ...] = DEFAULT_SIDES) -> list[dict]:
     from kernellab import sandbox
     from kernellab.agents.builtin import build
     from kernellab.problem import load_problem
@@ -109,27 +120,23 @@ def run(paths: list[Path], base_dir: Path, small: bool, device: str | None) -> l
     for path in paths:
         problem = load_problem(path)
         precision = PRECISION[bool(small)]
-        sources = {"new": child_source(path, ROOT, precision), "nhwc": child_source(path, ROOT, precision, NHWC=1),
-                   "flat": child_source(path, ROOT, precision, TAP_MAJOR=0),
-                   "base": (base_dir / f"{path.stem}.{precision}.py").read_text()}
-        got: dict[str, list[dict]] = {s: [] for s in SIDES}
-        for side in ORDER:
+        sources = {s: (base_dir / f"{path.stem}.{precision}.py").read_text() if SIDES[s][0] is None
+                   else child_source(path, ROOT, precision, **SIDES[s][0]) for s in sides}
+        got: dict[str, list[dict]] = {s: [] for s in sides}
+        for side in order(sides):
             result = sandbox.evaluate(problem, sources[side], small=small, device=device, timing=not small)
             got[side].append(_side(result))
             print(f"bench_conv_kloop: {problem.name} {side}: {result.get('status')} {result.get('median_ms')} ms",
                   file=sys.stderr, flush=True)
         seed = _side(sandbox.evaluate(problem, build(problem).source, small=small, device=device, timing=not small))
         row = {"problem": problem.name, **got, "seed": seed}
-        med = {s: [r["median_ms"] for r in got[s] if r["status"] == "correct" and r["median_ms"]] for s in SIDES}
-        for s in SIDES:
+        med = {s: [r["median_ms"] for r in got[s] if r["status"] == "correct" and r["median_ms"]] for s in sides}
+        for s in sides:
             if len(med[s]) == 2:
                 row[f"{s}_ms"] = statistics.mean(med[s])
-        if "new_ms" in row and "base_ms" in row:
-            row["base_over_new"] = row["base_ms"] / row["new_ms"]
-        if "new_ms" in row and "flat_ms" in row:
-            row["flat_over_new"] = row["flat_ms"] / row["new_ms"]
-        if "new_ms" in row and "nhwc_ms" in row:
-            row["nhwc_over_new"] = row["nhwc_ms"] / row["new_ms"]
+        for s in sides:
+            if s != "new" and "new_ms" in row and f"{s}_ms" in row:
+                row[f"{s}_over_new"] = row[f"{s}_ms"] / row["new_ms"]
         rows.append(row)
     return rows
 
@@ -141,24 +148,25 @@ def page(rows: list[dict], meta: dict) -> str:
     def ratio(x: float | None) -> str:
         return "-" if x is None else f"{x:.2f}x"
 
-    out = [f"# Our TF32 conv's K loop: tap-major (new), on channels-innermost copies (nhwc), flat (flat) and the base "
-           f"commit's (base), {meta['date']}", "",
+    sides = tuple(meta["sides"])
+    others = [s for s in sides if s != "new"]
+    what = "; ".join(f"{s}: {SIDES[s][1]}" for s in sides)
+    out = [f"# Our TF32 conv's K loop, side by side ({', '.join(sides)}), {meta['date']}", "",
            f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}; kernellab {meta['commit']}, base "
-           f"{meta['base']}. The builtin {meta['precision']} child at its default config (base: the base commit's default "
-           "tiles), each side run twice (new, nhwc, flat, base, base, flat, nhwc, new), each a sandbox evaluation "
+           f"{meta['base']}. The builtin {meta['precision']} child at its default config ({what}; the base side at the base "
+           f"commit's default tiles), each side run twice ({', '.join(order(sides))}), each a sandbox evaluation "
            "(correctness trials, then timing with eager beside it); the ms below are the mean of the two medians. The "
            "seed (cuDNN's conv + our epilogue) once, the time to beat.", "",
-           "| problem | new ms | nhwc ms | flat ms | base ms | base / new | flat / new | nhwc / new | seed (cuDNN) ms | eager ms "
-           "| statuses (new; nhwc; flat; base) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| problem | " + " | ".join(f"{s} ms" for s in sides) + " | " + " | ".join(f"{s} / new" for s in others)
+           + f" | seed (cuDNN) ms | eager ms | statuses ({'; '.join(sides)}) |",
+           "|---|" + "---|" * (len(sides) + len(others) + 3)]
     for r in rows:
-        st = "; ".join(",".join(str(x["status"]) for x in r[s]) for s in SIDES)
-        eagers = [x["eager_ms"] for s in SIDES for x in r[s] if x.get("eager_ms")]
+        st = "; ".join(",".join(str(x["status"]) for x in r[s]) for s in sides)
+        eagers = [x["eager_ms"] for s in sides for x in r[s] if x.get("eager_ms")]
         seed = r["seed"]["median_ms"] if r["seed"]["status"] == "correct" else None
-        out.append(f"| {r['problem']} | {ms(r.get('new_ms'))} | {ms(r.get('nhwc_ms'))} | {ms(r.get('flat_ms'))} | "
-                   f"{ms(r.get('base_ms'))} | {ratio(r.get('base_over_new'))} | {ratio(r.get('flat_over_new'))} | "
-                   f"{ratio(r.get('nhwc_over_new'))} | {ms(seed)} | "
-                   f"{ms(statistics.mean(eagers) if eagers else None)} | {st} |")
+        cells = [ms(r.get(f"{s}_ms")) for s in sides] + [ratio(r.get(f"{s}_over_new")) for s in others]
+        out.append(f"| {r['problem']} | " + " | ".join(cells)
+                   + f" | {ms(seed)} | {ms(statistics.mean(eagers) if eagers else None)} | {st} |")
     return "\n".join(out) + "\n"
 
 
@@ -168,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--make-base", type=Path, metavar="DIR", help="build the base commit's children into DIR, then stop")
     ap.add_argument("--base", default=BASE, help=f"the base commit for --make-base (default {BASE})")
     ap.add_argument("--base-dir", type=Path, metavar="DIR", help="the base children --make-base built")
+    ap.add_argument("--sides", default=",".join(DEFAULT_SIDES),
+                    help=f"comma-separated, new first, of {', '.join(SIDES)} (default {','.join(DEFAULT_SIDES)})")
     ap.add_argument("--small", action="store_true", help="SMALL sizes on the CPU: correctness only")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "experiments" / "results")
     args = ap.parse_args(argv)
@@ -179,9 +189,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.make_base:
             make_base(paths, args.make_base, args.base)
             return 0
-        if args.base_dir is None:
+        sides = tuple(x.strip() for x in args.sides.split(",") if x.strip())
+        if not sides or sides[0] != "new" or len(set(sides)) != len(sides) or set(sides) - set(SIDES):
+            raise KloopError(f"--sides takes distinct sides of {', '.join(SIDES)}, new first, got {args.sides!r}")
+        if "base" in sides and args.base_dir is None:
             raise KloopError("--base-dir DIR is required (build it with --make-base DIR where git history is)")
-        lacking = [p.stem for p in paths if not (args.base_dir / f"{p.stem}.{PRECISION[args.small]}.py").is_file()]
+        lacking = [p.stem for p in paths if "base" in sides
+                   and not (args.base_dir / f"{p.stem}.{PRECISION[args.small]}.py").is_file()]
         if lacking:
             raise KloopError(f"no base source {args.base_dir / lacking[0]}.{PRECISION[args.small]}.py: build it with --make-base")
         import torch
@@ -190,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         device = "cpu" if args.small else "cuda"
         if device == "cuda" and not torch.cuda.is_available():
             raise KloopError("no CUDA device: run it on the GPU host, or --small on the CPU")
-        rows = run(paths, args.base_dir, args.small, device)
+        rows = run(paths, args.base_dir, args.small, device, sides)
     except KloopError as exc:
         print(f"bench_conv_kloop: {exc}", file=sys.stderr)
         return 2
@@ -200,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu"
     meta = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": name,
             "torch": torch.__version__, "triton": triton.__version__, "commit": env.git_commit() or "unknown", "base": args.base,
-            "precision": PRECISION[args.small]}
+            "precision": PRECISION[args.small], "sides": list(sides)}
     stem = write_result_pages(args.out_dir, "conv-kloop", meta["date"], name, page(rows, meta), {**meta, "rows": rows})
     print(f"bench_conv_kloop: {stem}.md and .json", file=sys.stderr)
     return 0

@@ -48,7 +48,7 @@ def test_sides_are_their_k_orders_and_all_correct(tmp_path):
     assert kloop.main(["--small", "--base-dir", str(tmp_path / "base"), str(f), "--out-dir", str(out)]) == 0
     (js,) = out.glob("*-conv-kloop.json")
     (row,) = json.loads(js.read_text())["rows"]
-    assert [r["status"] for s in kloop.SIDES for r in row[s]] == ["correct"] * 8, row
+    assert [r["status"] for s in kloop.DEFAULT_SIDES for r in row[s]] == ["correct"] * 8, row
     assert row["seed"]["status"] == "correct"
 
 
@@ -58,6 +58,19 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert kloop.main(["--small", str(f)]) == 2
     assert kloop.main(["--small", "--base-dir", str(tmp_path), str(f)]) == 2
     assert kloop.main(["--small", "--base-dir", str(tmp_path), str(tmp_path / "none.py")]) == 2
+    assert kloop.main(["--small", "--sides", "flat,new", str(f)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(e.startswith("bench_conv_kloop: ") for e in err), err
-    assert "--make-base" in err[0] and "no base source" in err[1] and "no problem file" in err[2]
+    assert len(err) == 4 and all(e.startswith("bench_conv_kloop: ") for e in err), err
+    assert "--make-base" in err[0] and "no base source" in err[1] and "no problem file" in err[2] and "new first" in err[3]
+
+
+def test_sides_without_base_need_no_base_dir(tmp_path):
+    f = tmp_path / "tconv16.py"
+    f.write_text(PROBLEM)
+    out = tmp_path / "out"
+    assert kloop.main(["--small", "--sides", "new,w4", str(f), "--out-dir", str(out)]) == 0
+    (md,) = out.glob("*-conv-kloop.md")
+    assert "| problem | new ms | w4 ms | w4 / new |" in md.read_text()
+    (js,) = out.glob("*-conv-kloop.json")
+    (row,) = json.loads(js.read_text())["rows"]
+    assert [r["status"] for s in ("new", "w4") for r in row[s]] == ["correct"] * 4, row
