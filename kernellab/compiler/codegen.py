@@ -36,7 +36,7 @@ from .kernels.special import special_kernel, torch_expr
 from .partition import Group
 
 __all__ = ["generate", "TF32_MIN_TOL", "allow_tf32", "tf32x3_ok", "reads_weight", "default_precision", "conv_precision",
-           "auto_split_k", "auto_split_r", "SPLIT_MIN_R", "CONV_ON_TF32_REFERENCE"]
+           "conv_cin_g", "auto_split_k", "auto_split_r", "few_long_rows", "SPLIT_MIN_R", "CONV_ON_TF32_REFERENCE"]
 
 TF32_MIN_TOL = 1e-2
 
@@ -312,19 +312,17 @@ def conv_precision(graph: Graph, grp: Group, settings: dict) -> str:
     if allow_tf32(dtype, settings["atol"], settings["rtol"]):
         return "tf32"
     w = graph.node(cnode.args[1].name).shape or (1, 1)
-    k = (w[0] // cnode.attrs["groups"] if cnode.attrs["transposed"] else w[1]) * math.prod(w[2:])
+    k = conv_cin_g(graph, cnode) * math.prod(w[2:])
     return "tf32x3" if tf32x3_ok(dtype, settings["atol"], settings["rtol"], int(k), reads_weight(graph, cnode)) \
         else "ieee"
 
 
-def _conv_cin_g(graph: Graph, cnode: Any) -> int:
-    """Input channels per group as the weight fixes them (0 where its shape or the groups are not known)."""
-    w = graph.node(cnode.args[1].name).shape
-    groups = cnode.attrs["groups"]
-    if not w or len(w) < 2:
-        return 0
+def conv_cin_g(graph: Graph, cnode: Any) -> int:
+    """A conv node's input channels per group, as its weight fixes them ([Cout, Cin/g, ...]; transposed
+    [Cin, Cout/g, ...]); a weight of unknown shape counts as one channel."""
+    w = graph.node(cnode.args[1].name).shape or (1, 1)
     if cnode.attrs["transposed"]:
-        return int(w[0]) // groups if groups else 0
+        return int(w[0]) // max(1, cnode.attrs["groups"] or 1)
     return int(w[1])
 
 
@@ -387,7 +385,7 @@ def _conv_source(graph: Graph, grp: Group, settings: dict, variant: dict) -> tup
                     transposed=a["transposed"], dtype=dtype, fp32_precision=prec, operands=tuple(operands),
                     epilogue="\n".join(lines), reduction=reduction, keepdim=keepdim, red_axis=axis,
                     whole_channels=any(graph.node(n).kind == "reduce" for n in grp.epilogue), tf32_reference=follow,
-                    channels_in=_conv_cin_g(graph, cnode))
+                    channels_in=conv_cin_g(graph, cnode))
     ks = conv_kernel(spec)
     config = {**ks.config, **(variant.get("config") or {})}
     space = dict(ks.space)
@@ -407,6 +405,15 @@ SMS = 132  # H200 streaming multiprocessors
 SPLIT_MIN_R = 1 << 16  # rows at least this long, and fewer of them than SMs, are reduced in chunks
 
 
+def few_long_rows(grp: Group) -> bool:
+    """A rows group of fewer rows than SMs, each at least ``SPLIT_MIN_R`` long: one program a row leaves SMs idle
+    (the premise of the seed's split reduction, ``auto_split_r``, and of ``partition``'s cuts of a norm)."""
+    if grp.kind != "rows" or not grp.domain:
+        return False
+    r = math.prod(grp.domain[d] for d in grp.red_dims)
+    return r >= SPLIT_MIN_R and math.prod(grp.domain) // max(1, r) < SMS
+
+
 def auto_split_r(graph: Graph, grp: Group) -> int:
     """The seed's split reduction for a rows group of fewer rows than SMs, each at least ``SPLIT_MIN_R`` long:
     one program a row left the GPU idle (100_HingeLoss's mean over 2^30 elements: 442 ms, torch.compile's
@@ -414,12 +421,10 @@ def auto_split_r(graph: Graph, grp: Group) -> int:
     (``SPLIT_R``, which the tuner may set back to 1). 1 otherwise, and where the group cannot split (a
     reduction with an epilogue that needs the whole row, as a norm's). Up to 1024 chunks: one row cut in 256
     ran as 128 programs (the launcher packs two chunks of a long row in a program), under one per SM."""
-    if grp.kind != "rows" or not grp.domain:
+    if not few_long_rows(grp) or not split_reduction_ok(graph, grp):
         return 1
     r = math.prod(grp.domain[d] for d in grp.red_dims)
     rows = math.prod(grp.domain) // max(1, r)
-    if r < SPLIT_MIN_R or rows >= SMS or not split_reduction_ok(graph, grp):
-        return 1
     parts = 1
     while rows * parts < 4 * SMS and r // (parts * 2) >= SPLIT_MIN_CHUNK and parts < 1024:
         parts *= 2

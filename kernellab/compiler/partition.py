@@ -544,18 +544,13 @@ def _split_norm_cuts(graph: Graph, groups: list[Group]) -> tuple[set[str], set[s
     channel: 64 rows of 2^24 on KernelBench 33): every pw node that reads one of the group's reductions starts a
     group of its own, so that each level becomes a split reduction (``codegen.auto_split_r``) and the
     normalisation a pointwise pass (``decompose.batch_norm_train`` computes its ``x - mean`` again for it)."""
-    import math
-
-    from .codegen import SMS, SPLIT_MIN_R
+    from .codegen import few_long_rows
     from .kernels.loopgen import split_reduction_ok
 
     cuts: set[str] = set()
     cut_nodes: set[str] = set()
     for grp in groups:
-        if grp.kind != "rows" or not grp.domain:
-            continue
-        r = math.prod(grp.domain[d] for d in grp.red_dims)
-        if r < SPLIT_MIN_R or math.prod(grp.domain) // max(1, r) >= SMS:
+        if not few_long_rows(grp):
             continue
         reds = {n for n in grp.nodes if graph.node(n).kind == "reduce"}
         mine = {n for n in grp.nodes if graph.node(n).kind == "pw" and any(x in reds for x in graph.node(n).refs())}

@@ -32,6 +32,7 @@ from kernellab.compiler.codegen import (
     allow_tf32,
     auto_split_k,
     auto_split_r,
+    conv_cin_g,
     conv_precision,
     default_precision,
     reads_weight,
@@ -245,7 +246,7 @@ def _conv_precisions(problem: Problem, b: Built, grp: Group, device: str | None 
         return []
     cur = b.state.variant(grp.id).get("fp32_precision")
     w = b.graph.node(cnode.args[1].name).shape or (1, 1)
-    k = (w[0] // max(1, cnode.attrs["groups"] or 1) if cnode.attrs["transposed"] else w[1]) * math.prod(w[2:])
+    k = conv_cin_g(b.graph, cnode) * math.prod(w[2:])
     xs = b.graph.node(cnode.args[0].name).shape or (1, 1)
     groups = cnode.attrs["groups"] or max(1, int(xs[1]) // max(1, int(w[1])))  # 0: read from the shapes at run time
     cout_g = int(w[1]) if cnode.attrs["transposed"] else int(w[0]) // groups
