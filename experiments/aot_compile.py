@@ -12,8 +12,9 @@ on the meta device: that problem is reported.
     PYTHONPATH=. python experiments/aot_compile.py PROBLEM.py [...] [--children] [--config KEY=VALUE ...]
 
 ``--children``: the seed and every one-action child the builtin planner proposes; ``--config``: set on every conv
-group (e.g. ``TAP_MAJOR=0``). Prints one line per kernel (compile seconds, or the first line of the error); exit 1
-when one failed, 2 on bad input.
+group (e.g. ``TAP_MAJOR=0``). Prints one line per kernel (compile seconds, or the first line of the error), with the
+registers a thread uses and the bytes it spills to local memory as ptxas reports them (``ptxas -v``: a spill is a
+round trip to L1/L2 inside the K loop, which no interpreter test shows); exit 1 when one failed, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import argparse
 import importlib.util
 import itertools
 import os
+import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -107,6 +110,21 @@ def launches(problem, source: str, tmp: Path) -> list[tuple[object, tuple, dict]
     return caught
 
 
+def ptxas_usage(ptx: str, arch: int = 90) -> dict:
+    """``{"regs", "spill_stores", "spill_loads"}`` of the one kernel in ``ptx``, from Triton's bundled ptxas run
+    verbose on it (Triton runs the same ptxas, and drops its log)."""
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        log = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name={sm_arch_from_capability(arch)}", str(src),
+                              "-o", str(Path(tmp) / "k.o")], capture_output=True, text=True, check=True).stderr
+    num = {k: re.search(p, log) for k, p in (("regs", r"Used (\d+) registers"), ("spill_stores", r"(\d+) bytes spill stores"),
+                                              ("spill_loads", r"(\d+) bytes spill loads"))}
+    return {k: int(m.group(1)) if m else None for k, m in num.items()}
+
+
 def compile_all(problem, source: str, arch: int = 90) -> list[dict]:
     """``[{"kernel", "seconds" | "error"}]``: each distinct launch of ``source``'s kernels compiled for sm_<arch>."""
     import triton
@@ -129,7 +147,7 @@ def compile_all(problem, source: str, arch: int = 90) -> list[dict]:
                 ptx = k.asm.get("ptx", "")
                 out.append({"kernel": fn.__name__, "seconds": round(time.perf_counter() - t0, 2),
                             "wgmma": "wgmma" in ptx, "mma_sync": "mma.sync" in ptx, "cvt_rna": "cvt.rna.tf32.f32" in ptx,
-                            "constexprs": {n: v for n, v in consts.items() if n in REPORTED}})
+                            "constexprs": {n: v for n, v in consts.items() if n in REPORTED}} | ptxas_usage(ptx, arch))
             except Exception as exc:  # noqa: BLE001 - the compile error is the result
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])
                 out.append({"kernel": fn.__name__, "error": f"{type(exc).__name__}: {' | '.join(first[-3:])}"[:400]})
@@ -181,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"{problem.name} [{what}] {r['kernel']}: {r['error']}", flush=True)
                         continue
                     notes = [k for k in ("wgmma", "mma_sync", "cvt_rna") if r[k]] + [f"{k}={v}" for k, v in r["constexprs"].items()]
+                    notes += [f"regs={r['regs']}"] + ([f"spills={r['spill_stores']}/{r['spill_loads']}B"] if r["spill_stores"] else [])
                     print(f"{problem.name} [{what}] {r['kernel']}: {r['seconds']} s {' '.join(notes)}", flush=True)
     except AotError as exc:
         print(f"aot_compile: {exc}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""experiments/aot_compile.py: the conv kernels compiled for sm_90 without a GPU, at KernelBench's sizes, and the
+"""experiments/aot_compile.py: the conv kernels compiled for sm_90 without a GPU, at KernelBench's sizes (with ptxas's register count), and the
 error the interpreter never sees (a loop-carried value whose type changes) reported. In a subprocess: the
 tests run under the Triton interpreter, which makes ``triton.jit`` return functions that cannot be compiled."""
 
@@ -61,6 +61,8 @@ def test_tf32rn_convs_compile_for_sm90_in_both_k_orders_and_a_type_change_is_cau
             assert r["cvt_rna"] and (r["wgmma"] or r["mma_sync"]), r
         (w4,) = got[f"{name}:w4"]
         assert "error" not in w4 and w4["wgmma"], w4  # four warps: Hopper's wgmma
+        # ptxas's own count: a tf32rn conv at 64x128 on four warps holds its 64 accumulators a thread without spilling
+        assert 64 < w4["regs"] <= 255 and w4["spill_stores"] == 0 and w4["spill_loads"] == 0, w4
     broken = got[f"{PADDED.stem}:broken"]
     assert len(broken) == 1 and "Loop-carried variable t" in broken[0].get("error", ""), broken
 
