@@ -111,7 +111,7 @@ def order(sides: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def run(paths: list[Path], base_dir: Path | None, small: bool, device: str | None,
-        sides: tuple[str, ...] = DEFAULT_SIDES) -> list[dict]:
+        sides: tuple[str, ...] = DEFAULT_SIDES, precision: str | None = None) -> list[dict]:
     from kernellab import sandbox
     from kernellab.agents.builtin import build
     from kernellab.problem import load_problem
@@ -119,7 +119,7 @@ def run(paths: list[Path], base_dir: Path | None, small: bool, device: str | Non
     rows = []
     for path in paths:
         problem = load_problem(path)
-        precision = PRECISION[bool(small)]
+        precision = precision or PRECISION[bool(small)]
         sources = {s: (base_dir / f"{path.stem}.{precision}.py").read_text() if SIDES[s][0] is None
                    else child_source(path, ROOT, precision, **SIDES[s][0]) for s in sides}
         got: dict[str, list[dict]] = {s: [] for s in sides}
@@ -179,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sides", default=",".join(DEFAULT_SIDES),
                     help=f"comma-separated, new first, of {', '.join(SIDES)} (default {','.join(DEFAULT_SIDES)})")
     ap.add_argument("--small", action="store_true", help="SMALL sizes on the CPU: correctness only")
+    ap.add_argument("--precision", choices=("tf32rn", "tf32x3", "ieee"),
+                    help="the child's dot precision (default tf32rn on the GPU, ieee with --small; the base side has "
+                         "the two --make-base builds)")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "experiments" / "results")
     args = ap.parse_args(argv)
     paths = args.problems or DEFAULT
@@ -194,17 +197,17 @@ def main(argv: list[str] | None = None) -> int:
             raise KloopError(f"--sides takes distinct sides of {', '.join(SIDES)}, new first, got {args.sides!r}")
         if "base" in sides and args.base_dir is None:
             raise KloopError("--base-dir DIR is required (build it with --make-base DIR where git history is)")
-        lacking = [p.stem for p in paths if "base" in sides
-                   and not (args.base_dir / f"{p.stem}.{PRECISION[args.small]}.py").is_file()]
+        precision = args.precision or PRECISION[args.small]
+        lacking = [p.stem for p in paths if "base" in sides and not (args.base_dir / f"{p.stem}.{precision}.py").is_file()]
         if lacking:
-            raise KloopError(f"no base source {args.base_dir / lacking[0]}.{PRECISION[args.small]}.py: build it with --make-base")
+            raise KloopError(f"no base source {args.base_dir / lacking[0]}.{precision}.py: build it with --make-base")
         import torch
         import triton
 
         device = "cpu" if args.small else "cuda"
         if device == "cuda" and not torch.cuda.is_available():
             raise KloopError("no CUDA device: run it on the GPU host, or --small on the CPU")
-        rows = run(paths, args.base_dir, args.small, device, sides)
+        rows = run(paths, args.base_dir, args.small, device, sides, precision)
     except KloopError as exc:
         print(f"bench_conv_kloop: {exc}", file=sys.stderr)
         return 2
@@ -214,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu"
     meta = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": name,
             "torch": torch.__version__, "triton": triton.__version__, "commit": env.git_commit() or "unknown", "base": args.base,
-            "precision": PRECISION[args.small], "sides": list(sides)}
+            "precision": precision, "sides": list(sides)}
     stem = write_result_pages(args.out_dir, "conv-kloop", meta["date"], name, page(rows, meta), {**meta, "rows": rows})
     print(f"bench_conv_kloop: {stem}.md and .json", file=sys.stderr)
     return 0

@@ -159,6 +159,8 @@ def problem_row(store: Any, campaign_id: str, objective: str = "speedup_eager", 
                            "device": camp["device"], "finished": camp["status"] == "done", "state": camp["status"],
                            "candidates": len(cands), "evaluations": len(full), "failures": failures,
                            "correct": best is not None, "not_counted": None}
+    if _rerun_of(camp):
+        row["rerun_of"] = _rerun_of(camp)
     if best is None:
         other = _pick(good, objective)
         if other is not None:  # correct, but not a kernel win: reported, never counted in fast_p
@@ -300,7 +302,8 @@ def _write(result: dict, jpath: Path, mpath: Path) -> None:
 def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, allow_library: bool = False,
               out_dir: Path = RESULTS, progress: Any = None, jobs: int = 1, shard: tuple[int, int] | None = None,
               log: Callable[[str], None] | None = None, extra: dict | None = None,
-              tag: dict | None = None, executor_factory: Callable[[], Any] | None = None) -> tuple[dict, Path, Path]:
+              tag: dict | None = None, executor_factory: Callable[[], Any] | None = None,
+              rerun: Sequence[str] = ()) -> tuple[dict, Path, Path]:
     """Run the suite's problems (this shard's) that have no finished campaign under this configuration:
     skip the finished, resume the unfinished, start the rest. ``jobs`` campaigns run at once (threads
     sharing one sandbox executor): loading, compiling and checking overlap while the executor still
@@ -309,7 +312,8 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     ``extra``: settings outside CampaignConfig that change results (a study's prompt hash), hashed with
     it; ``tag``: keys merged into each new campaign's config (a study's name and cell).
     ``executor_factory``: makes the executor (e.g. a ``DaskExecutor`` for ``--cluster``), called only when
-    there is work; the bench shuts it down. Default: a ``LocalExecutor`` on this host."""
+    there is work; the bench shuts it down. Default: a ``LocalExecutor`` on this host. ``rerun``: problems (names
+    or file stems) run again under the current code although finished, once (the rerun then counts)."""
     _runtime.setup()  # before the campaign threads start (they parse sources): kernellab._runtime
     from concurrent.futures import ThreadPoolExecutor
 
@@ -329,12 +333,16 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     lock = threading.Lock()
     say = log or (lambda msg: None)
 
-    todo, skipped, resumed = _plan(reader, problems, mine)
+    ids_of = {key: prob.id for prob, path in zip(problems, paths, strict=True) for key in (prob.name, path.stem)}
+    unknown = [x for x in rerun if x not in ids_of]
+    if unknown:
+        raise BenchError(f"--rerun {unknown[0]}: not a problem of {suite}")
+    todo, skipped, resumed, again = _plan(reader, problems, mine, frozenset(ids_of[x] for x in rerun))
     if todo:  # options, policy and LLM backend checked once, before anything is written
         check_campaign(CampaignConfig(problems=[str(paths[todo[0][0]])], **config_kw), store=store)
     say(f"bench {suite}: {len(problems)} problems, {len(mine)} in this shard"
         f"{f' ({shard[0]}/{shard[1]})' if shard else ''}; {skipped} skipped as finished, {resumed} to resume, "
-        f"{len(todo) - resumed} to start (config {chash})")
+        f"{len(todo) - resumed} to start{f' ({len(again)} of them again)' if again else ''} (config {chash})")
     # The pool is sized to the host (LocalExecutor's default), not to --jobs: the campaigns' trials,
     # re-timings and evaluations share it, and memory admission keeps large problems within the card.
     make = executor_factory or sandbox.LocalExecutor
@@ -365,7 +373,7 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
             return
         prob = problems[i]
         if resume is None:
-            resume = _start(store, suite, prob, paths[i], config_kw, chash, stamp, tag)
+            resume = _start(store, suite, prob, paths[i], config_kw, chash, stamp, tag, again.get(i))
             with lock:
                 ids.add(resume)
         # each campaign its own lines (the campaign names its problem as it starts)
@@ -566,13 +574,28 @@ def bench_summary(suite: str, stores: Sequence[Any], config_kw: dict, name: str 
     return result, jpath, mpath
 
 
-def _plan(reader: _Rows, problems: list[Problem], mine: list[int]) -> tuple[list[tuple[int, str | None]], int, int]:
+def _rerun_of(camp: dict) -> str | None:
+    return ((camp.get("config") or {}).get("bench") or {}).get("rerun_of")
+
+
+def _plan(reader: _Rows, problems: list[Problem], mine: list[int], rerun: frozenset[str] = frozenset()
+          ) -> tuple[list[tuple[int, str | None]], int, int, dict[int, str]]:
     """(problem index, campaign to resume or None to start) for each problem of the shard not finished
-    under this configuration; how many are skipped as finished and how many resumed."""
+    under this configuration; how many are skipped as finished and how many resumed; and the problems
+    (index -> the finished campaign it reruns) whose new campaign is a rerun (``rerun``: problem ids run
+    again under the current code although finished, once: an unfinished rerun is resumed, a finished one counts)."""
     todo: list[tuple[int, str | None]] = []
     skipped = resumed = 0
+    again: dict[int, str] = {}
     for i in mine:
         camps = reader.campaigns(problems[i].id)
+        if problems[i].id in rerun and camps and camps[-1][1]["status"] == "done":
+            mine_again = [kc for kc in camps if _rerun_of(kc[1])]
+            if not mine_again:
+                again[i] = camps[-1][1]["id"]
+                todo.append((i, None))
+                continue
+            camps = mine_again
         if camps and camps[-1][1]["status"] == "done":
             skipped += 1
         elif camps:
@@ -580,18 +603,20 @@ def _plan(reader: _Rows, problems: list[Problem], mine: list[int]) -> tuple[list
             todo.append((i, camps[-1][1]["id"]))
         else:
             todo.append((i, None))
-    return todo, skipped, resumed
+    return todo, skipped, resumed, again
 
 
 def _start(store: Any, suite: str, prob: Problem, path: Path, config_kw: dict, chash: str, stamp: _dt.datetime,
-           tag: dict | None) -> str:
-    """A new bench campaign for one problem, marked with the configuration's hash (and a study's tag)."""
+           tag: dict | None, rerun_of: str | None = None) -> str:
+    """A new bench campaign for one problem, marked with the configuration's hash (and a study's tag, and the
+    finished campaign it reruns)."""
     ccfg = CampaignConfig(problems=[str(path)], **config_kw)
     cid = start_campaign(store, ccfg, problems=[prob], name=f"bench-{Path(suite).stem}-{prob.name}-"
                                                             f"{chash[:8]}-{stamp.strftime('%Y%m%d-%H%M%S')}")
     camp = store.get_campaign(cid)
     store.update_campaign(cid, config={**camp["config"], **(tag or {}),
-                                       "bench": {"config_hash": chash, "suite": suite}})
+                                       "bench": {"config_hash": chash, "suite": suite}
+                                       | ({"rerun_of": rerun_of} if rerun_of else {})})
     return cid
 
 
@@ -624,6 +649,9 @@ def to_markdown(result: dict) -> str:
               "| problem | correct | best ms (p20–p80) | eager ms | compile ms | vs eager | vs compile | evals to best | s to best | winning actions |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [_md_problem(r, share) for r in result["problems"]]
+    again = [r["problem"] for r in result["problems"] if r.get("rerun_of")]
+    if again:  # their earlier finished campaign stays in the database, and no longer counts
+        lines += ["", f"Run again under newer code (`--rerun`), the rerun counted: {', '.join(again)}."]
     losers = [r for r in result["problems"] if r.get("finished", True) and r["correct"] and r.get("speedup_compile") is not None and r["speedup_compile"] < 1.0]
     if losers:
         lines += ["", "## Where we lose to torch.compile", ""]

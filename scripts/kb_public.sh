@@ -5,6 +5,7 @@
 #                  (with KB_CROSSCHECK: the cross-check of the database alone)
 #   KB_JOBS=N      campaigns at once [8]     KB_SUITE   [.kb/level[12]/*.py]
 #   KB_WARM_DB=1   resume /tmp/kb-public.db where an earlier call on this still-warm machine left it
+#   KB_RERUN="A B" problems run again under the current code although finished (`kernellab bench --rerun`)
 #   SOLO=FILE      first, one timed `kernellab run FILE --budget 4` and where its time went
 #   KB_CROSSCHECK=S  then experiments/kb_crosscheck.py on the database for at most S seconds; KB_KEEP=JSON (an
 #                  earlier cross-check's, in the tree) keeps its verdicts of the same evaluations;
@@ -44,8 +45,9 @@ else
 fi
 if [ "${KB_TIMEOUT:-420}" != 0 ]; then  # 0 with KB_CROSSCHECK: the cross-check alone, of the database as it is
 echo "kb_public: bench start $(date -u +%H:%M:%S), resuming: $src"
+rerun=(); for p in ${KB_RERUN:-}; do rerun+=(--rerun "$p"); done
 timeout -s INT -k 30 "${KB_TIMEOUT:-420}" $PY -m kernellab.cli bench "${KB_SUITE:-.kb/level[12]/*.py}" --budget 4 \
-  --jobs "${KB_JOBS:-8}" --db "$db" --name kb-public --out-dir "$OUT" > "$OUT/kb-bench.log" 2>&1
+  --jobs "${KB_JOBS:-8}" --db "$db" --name kb-public --out-dir "$OUT" "${rerun[@]}" > "$OUT/kb-bench.log" 2>&1
 echo "kb_public: bench rc $? at $(date -u +%H:%M:%S)"  # 124/130: stopped at KB_TIMEOUT, saved
 tail -n 30 "$OUT/kb-bench.log"
 $PY -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" "$db" "$OUT/kb-public.db" \

@@ -138,7 +138,9 @@ def test_bad_shard_and_several_dbs_are_one_line_usage_errors(tmp_path: Path, mon
     monkeypatch.chdir(tmp_path)
     for args, msg in ((["--shard", "2/2"], "--shard '2/2': expected I/N"),
                       (["--db", "a.db", "--db", "b.db"], "only with --summary-only"),
-                      (["--policy", "nope", "--db", "c.db"], "--policy 'nope'")):
+                      (["--policy", "nope", "--db", "c.db"], "--policy 'nope'"),
+                      (["--rerun", "x", "--summary-only"], "--rerun runs problems; --summary-only runs nothing"),
+                      (["--rerun", "nope", "--db", "d.db"], "--rerun nope: not a problem of ci")):
         r = CliRunner().invoke(main, ["bench", "ci", *args, "--out-dir", "out"])
         assert r.exit_code == 2 and r.stderr.strip().count("\n") == 0 and msg in r.stderr, r.stderr
         assert not (tmp_path / "kernellab.db").exists() and not (tmp_path / "a.db").exists()
@@ -462,3 +464,36 @@ def test_campaigns_running_at_once_each_log_under_their_own_problem() -> None:
     lines = buf.getvalue().splitlines()
     assert len(lines) == 1600 and all(re.fullmatch(r"kernellab \[\s*\d+ s\] note \d \d+", ln) for ln in lines)
     assert Progress(enabled=False).fork() is not None
+
+
+def test_rerun_runs_a_finished_problem_once_more_and_the_rerun_counts(tmp_path: Path) -> None:
+    suite = tmp_path / "tiny.txt"
+    suite.write_text("\n".join(TINY) + "\n")
+    store = Store(tmp_path / "a.db")
+    out, lines = tmp_path / "out", []
+    r0, _, mpath = run_bench(str(suite), store, TINY_KW, out_dir=out, log=lines.append)
+    first = {c["name"].split("-")[2]: c["id"] for c in store.list_campaigns()}
+    assert r0["complete"] and "rerun_of" not in json.dumps(r0["problems"])
+    with pytest.raises(BenchError, match="--rerun nope: not a problem of"):
+        run_bench(str(suite), store, TINY_KW, out_dir=out, rerun=["nope"])
+
+    # interrupted after its first evaluation: the earlier finished campaign still counts meanwhile
+    with pytest.raises(_Killed):
+        run_bench(str(suite), store, TINY_KW, out_dir=out, progress=_Watch(kill_in="softmax"), rerun=["softmax"])
+    again = [c for c in store.list_campaigns() if c["id"] not in first.values()]
+    assert len(again) == 1 and again[0]["status"] == "stopped"
+    assert again[0]["config"]["bench"]["rerun_of"] == first["softmax"]
+    r1 = bench_summary(str(suite), [store], TINY_KW, out_dir=out)[0]
+    assert {p["problem"]: p["campaign"] for p in r1["problems"]} == {p["problem"]: p["campaign"] for p in r0["problems"]}
+
+    # the same command resumes the rerun (no third campaign), which then counts; once finished, it runs no more
+    r2, _, mpath = run_bench(str(suite), store, TINY_KW, out_dir=out, log=lines.append, rerun=["softmax"])
+    assert any("1 resumed" in m for m in lines), lines
+    assert len(store.list_campaigns()) == 3 and store.get_campaign(again[0]["id"])["status"] == "done"
+    rows = {p["problem"]: p for p in r2["problems"]}
+    assert rows["softmax"]["rerun_of"] == first["softmax"] and rows["softmax"]["campaign"] == again[0]["name"]
+    assert "rerun_of" not in rows["pointwise_chain"] and r2["summary"]["correct"] == 2
+    assert "Run again under newer code (`--rerun`), the rerun counted: softmax." in mpath.read_text()
+    before, watch = _counts(tmp_path / "a.db"), _Watch()
+    run_bench(str(suite), store, TINY_KW, out_dir=out, progress=watch, rerun=["softmax"])
+    assert watch.evaluated == 0 and _counts(tmp_path / "a.db") == before

@@ -68,9 +68,9 @@ def test_sides_without_base_need_no_base_dir(tmp_path):
     f = tmp_path / "tconv16.py"
     f.write_text(PROBLEM)
     out = tmp_path / "out"
-    assert kloop.main(["--small", "--sides", "new,w4", str(f), "--out-dir", str(out)]) == 0
+    assert kloop.main(["--small", "--sides", "new,w4", "--precision", "tf32x3", str(f), "--out-dir", str(out)]) == 0
     (md,) = out.glob("*-conv-kloop.md")
-    assert "| problem | new ms | w4 ms | w4 / new |" in md.read_text()
+    assert "| problem | new ms | w4 ms | w4 / new |" in md.read_text() and "The builtin tf32x3 child" in md.read_text()
     (js,) = out.glob("*-conv-kloop.json")
     (row,) = json.loads(js.read_text())["rows"]
     assert [r["status"] for s in ("new", "w4") for r in row[s]] == ["correct"] * 4, row

@@ -36,6 +36,9 @@ from kernellab.cli._common import (
               "(at least one) on problems whose jobs each ask for more than a quarter of the GPU's memory.")
 @click.option("--shard", default=None, metavar="I/N",
               help="Run only the problems whose rank in the suite sorted by path is I mod N (0 <= I < N).")
+@click.option("--rerun", multiple=True, metavar="PROBLEM",
+              help="Run PROBLEM (a name or file stem of the suite) again under the current code although it finished, "
+                   "once: a stopped rerun resumes, a finished one counts instead of the earlier campaign. Repeatable.")
 @click.option("--summary-only", is_flag=True,
               help="Run nothing: score the suite from the databases given (--db repeated, e.g. one per shard).")
 @click.option("--db", "dbs", multiple=True, default=("kernellab.db",), show_default=True, metavar="FILE",
@@ -43,8 +46,8 @@ from kernellab.cli._common import (
 @json_option
 @_errors
 def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None, jobs: int, shard: str | None,
-          summary_only: bool, dbs: tuple[str, ...], as_json: bool, device: str, cluster: str | None = None,
-          **opts: Any) -> None:
+          rerun: tuple[str, ...], summary_only: bool, dbs: tuple[str, ...], as_json: bool, device: str,
+          cluster: str | None = None, **opts: Any) -> None:
     """Run a campaign per problem of SUITE and score the whole suite: fast_p against eager and
     torch.compile, incremental (a rerun skips finished problems).
 
@@ -66,8 +69,9 @@ def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None
     try:
         shard_t = parse_shard(shard)
         if summary_only:
-            if shard_t is not None:
-                raise BenchError("--shard runs part of a suite; --summary-only scores the whole suite: give one")
+            if shard_t is not None or rerun:
+                raise BenchError(f"{'--shard' if shard_t is not None else '--rerun'} runs problems; --summary-only "
+                                 "runs nothing: give one")
             result, jpath, mpath = bench_summary(suite, [_store(d) for d in dbs], kw, name=name,
                                                  allow_library=allow_library, out_dir=out)
         else:
@@ -81,7 +85,7 @@ def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None
                            if cluster else None)
                 result, jpath, mpath = run_bench(suite, store, kw, name=name, allow_library=allow_library,
                                                  out_dir=out, progress=progress, jobs=jobs, shard=shard_t, log=log,
-                                                 executor_factory=factory)
+                                                 executor_factory=factory, rerun=rerun)
     except (FileNotFoundError, CampaignError, BenchError) as exc:
         raise UsageFailure(str(exc)) from None
     except KeyboardInterrupt:  # run_bench saved the page and marked its campaigns stopped

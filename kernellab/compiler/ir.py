@@ -8,7 +8,7 @@ A node is one of
 - ``gemm``    ``mm`` / ``bmm`` / ``linear`` / ``addmm`` / ``matmul``;
 - ``conv``    ``conv`` / ``conv_transpose`` (x, weight), bias-free; ``attrs``: dims, stride, padding,
               dilation, output_padding, groups, transposed (``conv.py``'s template);
-- ``special`` ``cumsum`` / ``embedding`` / ``max_pool2d``: an op with a template of its own
+- ``special`` ``cumsum`` / ``embedding`` / ``pool`` (max or average): an op with a template of its own
               (``special.py``), attributes in ``attrs``;
 - ``view``    a metadata-only ATen op (view, permute, unsqueeze...) run by PyTorch between kernels;
 - ``opaque``  any other ATen op, left to PyTorch (avg pooling, ...); ``op`` = the overload name;

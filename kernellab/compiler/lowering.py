@@ -208,6 +208,21 @@ def _reduction(c: Ctx, b: dict) -> bool:
     return True
 
 
+@lowering("linalg_vector_norm.default")
+def _vector_norm(c: Ctx, b: dict) -> bool:
+    """The 1-, 2- and inf-norms (``torch.norm``'s Frobenius and p=2 among them) as a reduction and a pointwise op;
+    other orders stay ATen."""
+    x, p = b["self"], b.get("ord", 2)
+    if b.get("dtype") is not None or p not in (1, 2, float("inf")):
+        return False
+    d, keep = dims_of(b.get("dim"), len(c.shape(x))), bool(b.get("keepdim", False))
+    if p == 2:
+        c.pw("sqrt", c.reduce("sum", c.pw("mul", x, x), d, keep), final=True)
+    else:
+        c.reduce("sum" if p == 1 else "amax", c.pw("abs", x), d, keep, final=True)
+    return True
+
+
 @lowering("max.dim", "min.dim")
 def _max_min_dim(c: Ctx, b: dict) -> bool:
     x = b["self"]
@@ -423,17 +438,39 @@ def _pair(v: Any, n: int = 2) -> list[int]:
     return [int(x) for x in (v * n if len(v) == 1 else v)]
 
 
-@lowering("max_pool2d.default")
-def _max_pool2d(c: Ctx, b: dict, name: str | None = None, shape: tuple | None = None) -> bool:
+def _pool(c: Ctx, b: dict, mode: str, nd: int, name: str | None = None, shape: tuple | None = None) -> bool:
     x = b["self"]
-    if not is_float(c.dtype(x)) or len(c.shape(x)) not in (3, 4):
+    if not is_float(c.dtype(x)) or len(c.shape(x)) not in (nd + 1, nd + 2):
         return False
-    k = _pair(b["kernel_size"])
-    stride = _pair(b.get("stride") or k)
-    attrs = {"kernel": k, "stride": stride, "padding": _pair(b.get("padding", 0)),
-             "dilation": _pair(b.get("dilation", 1)), "ceil_mode": bool(b.get("ceil_mode", False))}
-    c.emit("special", "max_pool2d", (x,), shape or c.node.shape, c.dtype(x), attrs, final=name is None, name=name)
+    window = [b.get(a) for a in ("kernel_size", "stride", "padding", "dilation", "divisor_override")]
+    if not all(isinstance(v, int) for w in window for v in (w if isinstance(w, (list, tuple)) else [w]) if v is not None):
+        return False  # a size read at run time (KernelBench 98's avg_pool.kernel_size[0]): the template unrolls the taps
+    k = _pair(b["kernel_size"], nd)
+    attrs = {"mode": mode, "kernel": k, "stride": _pair(b.get("stride") or k, nd), "padding": _pair(b.get("padding", 0), nd),
+             "dilation": _pair(b.get("dilation", 1), nd), "ceil_mode": bool(b.get("ceil_mode", False))}
+    if mode == "avg":
+        attrs |= {"count_include_pad": bool(b.get("count_include_pad", True)), "divisor_override": b.get("divisor_override")}
+    c.emit("special", "pool", (x,), shape or c.node.shape, c.dtype(x), attrs, final=name is None, name=name)
     return True
+
+
+@lowering("max_pool2d.default")
+def _max_pool2d(c: Ctx, b: dict) -> bool:
+    return _pool(c, b, "max", 2)
+
+
+@lowering("avg_pool2d.default")
+def _avg_pool2d(c: Ctx, b: dict) -> bool:
+    return _pool(c, b, "avg", 2)
+
+
+@lowering("avg_pool3d.default")
+def _avg_pool3d(c: Ctx, b: dict) -> bool:
+    return _pool(c, b, "avg", 3)
+
+
+# the values of max_pool{2,3}d_with_indices (getitem 0), pooled by the same template; the indices stay ATen's
+_MAX_POOL_WITH_INDICES = {"max_pool2d_with_indices.default": 2, "max_pool3d_with_indices.default": 3}
 
 
 def _fusible(node: Node, out: list[Node], graph: Graph) -> bool:
@@ -455,10 +492,10 @@ def lower_node(node: Node, graph: Graph) -> list[Node]:
     """The IR nodes that implement one captured node (itself when it is not an ATen call)."""
     if node.kind == "getitem":
         src = graph.by_name[node.args[0].name]
-        if node.attrs["index"] == 0 and src.op == "max_pool2d_with_indices.default" and src.kind == "aten":
+        if node.attrs["index"] == 0 and src.op in _MAX_POOL_WITH_INDICES and src.kind == "aten":
             # the values alone (the indices are dead code unless something reads them)
             c = Ctx(src, graph)
-            if _max_pool2d(c, src.attrs["bound"], name=node.name, shape=node.shape):
+            if _pool(c, src.attrs["bound"], "max", _MAX_POOL_WITH_INDICES[src.op], name=node.name, shape=node.shape):
                 c.out[-1].dtype = node.dtype
                 return c.out
         if node.attrs["index"] == 0 and src.op in ("max.dim", "min.dim", "_native_batch_norm_legit_no_training.default"):

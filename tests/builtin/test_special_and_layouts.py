@@ -120,6 +120,49 @@ def test_max_pool2d(load, close, dtype, pool):
     check(load, close, p, cases, dtype)
 
 
+POOLS = {
+    "max3d": ("max_pool3d(xs[0], 3, stride=2, padding=1)", (2, 3, 5, 9, 9)),
+    "max3d_ceil_dil": ("max_pool3d(xs[0], 2, stride=2, padding=1, dilation=2, ceil_mode=True)", (1, 2, 6, 7, 8)),
+    "avg1d": ("avg_pool1d(xs[0], 8, stride=1, padding=4)", (2, 3, 41)),  # KernelBench 44's pool
+    "avg2d_ceil_nopad": ("avg_pool2d(xs[0], 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)", (2, 3, 10, 9)),
+    "avg2d_divisor": ("avg_pool2d(xs[0], (2, 3), stride=(1, 2), padding=(1, 1), divisor_override=5)", (1, 2, 7, 8)),
+    "avg3d": ("avg_pool3d(xs[0], 3, stride=2, padding=1)", (2, 3, 6, 9, 10)),  # KernelBench 46's
+    "avg3d_ceil": ("avg_pool3d(xs[0], 3, stride=2, padding=1, ceil_mode=True)", (1, 2, 6, 8, 7)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("pool", sorted(POOLS))
+def test_max_and_average_pools_of_one_to_three_dims(load, close, dtype, pool):
+    call, shape = POOLS[pool]
+    if dtype == torch.bfloat16 and "avg_pool3d" in call and DEV == "cpu":
+        pytest.skip("PyTorch's CPU avg_pool3d (the reference) has no bfloat16")
+    p = problem(f"return torch.nn.functional.{call}", dtype, f"[torch.randn{shape}]")
+    assert "special" in [g.kind for g in built(p).groups]  # not PyTorch's pool
+    assert "torch.nn.functional" not in build(p).source.split("class ModelNew")[1]
+    smaller = (*shape[:-1], shape[-1] - 3)
+    # the model at the file's size, a smaller one, and without the batch dim (a pool takes both)
+    check(load, close, p, [[torch.randn(*shape)], [torch.randn(*smaller)], [torch.randn(*shape[1:])]], dtype)
+
+
+# -- vector norms -------------------------------------------------------------------------------------
+
+NORMS = {
+    "frobenius": "x / torch.norm(x, p='fro')",  # KernelBench 37's
+    "l2_dim1": "x / torch.norm(x, p=2, dim=1, keepdim=True)",  # 39's
+    "l1_last": "torch.linalg.vector_norm(x, ord=1, dim=-1)",
+    "inf_01": "torch.linalg.vector_norm(x, ord=float('inf'), dim=(0, 1))",
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("norm", sorted(NORMS))
+def test_vector_norms_are_our_reductions(load, close, dtype, norm):
+    p = problem(f"x = xs[0]\n        return {NORMS[norm]}", dtype, "[torch.randn(4, 33, 65)]")
+    assert all(g.kind != "torch" for g in built(p).groups), [(g.id, g.kind) for g in built(p).groups]
+    check(load, close, p, [[torch.randn(4, 33, 65)], [torch.randn(2, 5, 130)]], dtype)
+
+
 # -- tiled pointwise (transpose) ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -5,14 +5,17 @@
                  inside a chunk, a per-row carry between chunks (fp32 whatever the storage type).
 - ``embedding``  a gather of table rows: a [BLOCK_T tokens, BLOCK_H columns] tile per program, loads
                  and stores contiguous along the hidden dim (a pure copy: exact in any dtype).
-- ``max_pool2d`` a window max: one program per BLOCK outputs, contiguous along the output width;
-                 the taps of neighbouring windows overlap, so re-reads come from L1/L2, not DRAM.
+- ``pool``       a window max or average over 2 or 3 spatial dims (1-D pools arrive as 2-D): one program per
+                 BLOCK outputs, contiguous along the output width; the taps of neighbouring windows overlap,
+                 so re-reads come from L1/L2, not DRAM. The average sums the taps in PyTorch's order and
+                 divides as PyTorch does (``count_include_pad``, ``divisor_override``).
 All three are memory-bound: the tiles are chosen for full 128-byte transactions on the contiguous
 dim and a few KB in flight per program; the launchers read every size at run time.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..ir import Graph, Node
@@ -20,7 +23,7 @@ from ..partition import Group
 
 __all__ = ["special_kernel", "SpecialSource", "SPECIAL_OPS", "torch_expr"]
 
-SPECIAL_OPS = ("cumsum", "embedding", "max_pool2d")
+SPECIAL_OPS = ("cumsum", "embedding", "pool")
 
 
 @dataclass
@@ -37,9 +40,12 @@ def torch_expr(n: Node, args: list[str]) -> str:
         return f"torch.cumsum({args[0]}, dim={n.attrs['dim']}).to(torch.{n.dtype})"
     if n.op == "embedding":
         return f"torch.nn.functional.embedding({args[1]}, {args[0]})"
-    if n.op == "max_pool2d":
-        a = n.attrs
-        return (f"torch.nn.functional.max_pool2d({args[0]}, {a['kernel']}, {a['stride']}, {a['padding']}, "
+    if n.op == "pool":
+        a, nd = n.attrs, len(n.attrs["kernel"])
+        if a["mode"] == "avg":
+            return (f"torch.nn.functional.avg_pool{nd}d({args[0]}, {a['kernel']}, {a['stride']}, {a['padding']}, "
+                    f"{a['ceil_mode']}, {a['count_include_pad']}, {a['divisor_override']})")
+        return (f"torch.nn.functional.max_pool{nd}d({args[0]}, {a['kernel']}, {a['stride']}, {a['padding']}, "
                 f"{a['dilation']}, ceil_mode={a['ceil_mode']})")
     raise ValueError(f"no PyTorch rendering for special op {n.op}")
 
@@ -129,30 +135,62 @@ def launch_{name}(w, ids):
     return SpecialSource(src, f"{n.name} = launch_{name}({w}, {ids})", config, space)
 
 
-def _max_pool2d(name: str, n: Node, x: str, opts: dict) -> SpecialSource:
+POOL_DIMS = ("d", "h", "w")
+
+
+def _pool(name: str, n: Node, x: str, opts: dict) -> SpecialSource:
     a = n.attrs
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = a["kernel"], a["stride"], a["padding"], a["dilation"]
-    src = f'''@triton.jit
-def k_{name}(x_ptr, y_ptr, TOTAL, C, H, W, OH, OW, SN, SC, SH, SW, BLOCK: tl.constexpr, BIG: tl.constexpr):
-    pid = tl.program_id(0)
-    idx = pid * BLOCK + tl.arange(0, BLOCK)
-    if BIG:
-        idx = idx.to(tl.int64)
-    mask = idx < TOTAL
-    ow = idx % OW
-    oh = (idx // OW) % OH
-    nc = idx // (OW * OH)
-    base = (nc // C) * SN + (nc % C) * SC
-    acc = tl.full([BLOCK], float("-inf"), tl.float32)
-    for i in tl.static_range({kh}):
-        ih = oh * {sh} - {ph} + i * {dh}
-        hok = mask & (ih >= 0) & (ih < H)
-        for j in tl.static_range({kw}):
-            iw = ow * {sw} - {pw} + j * {dw}
-            ok = hok & (iw >= 0) & (iw < W)
-            v = tl.load(x_ptr + base + ih * SH + iw * SW, mask=ok, other=float("-inf")).to(tl.float32)
-            acc = tl.where((v > acc) | (v != v), v, acc)  # NaN wins, as in PyTorch
-    tl.store(y_ptr + idx, acc.to(y_ptr.dtype.element_ty), mask=mask)
+    nd, avg = len(a["kernel"]), a["mode"] == "avg"
+    dims = POOL_DIMS[-nd:]
+    D = [d.upper() for d in dims]
+    k, st, pd, dl = a["kernel"], a["stride"], a["padding"], a["dilation"]
+    decode, rest = [], "idx"
+    for d, big in reversed(list(zip(dims, D, strict=True))):
+        decode += [f"    o{d} = {rest} % O{big}", f"    {rest if rest != 'idx' else 'r'} = {rest} // O{big}"]
+        rest = "r"
+    body, ind, ok = [], "    ", "mask"
+    div = []
+    for j, (d, big) in enumerate(zip(dims, D, strict=True)):
+        body += [f"{ind}for t{d} in tl.static_range({k[j]}):",
+                 f"{ind}    i{d} = o{d} * {st[j]} - {pd[j]} + t{d} * {dl[j]}",
+                 f"{ind}    ok{d} = {ok} & (i{d} >= 0) & (i{d} < {big})"]
+        ind, ok = ind + "    ", f"ok{d}"
+        if avg:  # PyTorch's divisor: the window clipped to the padded input, or to the input itself
+            div += [f"    s{d} = o{d} * {st[j]} - {pd[j]}", f"    e{d} = tl.minimum(s{d} + {k[j]}, {big} + {pd[j]})",
+                    f"    n{d} = tl.minimum(e{d}, {big}) - tl.maximum(s{d}, 0)"]
+    offs = " + ".join(["base", *[f"i{d} * S{big}" for d, big in zip(dims, D, strict=True)]])
+    if avg:
+        body += [f"{ind}acc += tl.load(x_ptr + {offs}, mask={ok}, other=0.0).to(tl.float32)"]
+        if a["divisor_override"]:
+            div += [f"    acc = acc / {int(a['divisor_override'])}"]
+        elif a["count_include_pad"]:
+            div += [f"    acc = acc / ({' * '.join(f'(e{d} - s{d})' for d in dims)}).to(tl.float32)"]
+        else:
+            div += [f"    acc = acc / ({' * '.join(f'n{d}' for d in dims)}).to(tl.float32)"]
+    else:
+        body += [f"{ind}v = tl.load(x_ptr + {offs}, mask={ok}, other=float(\"-inf\")).to(tl.float32)",
+                 f"{ind}acc = tl.where((v > acc) | (v != v), v, acc)  # NaN wins, as in PyTorch"]
+    init = "0.0" if avg else 'float("-inf")'
+    sizes, outs, strides = ", ".join(D), ", ".join(f"O{x}" for x in D), ", ".join(f"S{x}" for x in D)
+    kernel = [
+        "@triton.jit",
+        f"def k_{name}(x_ptr, y_ptr, TOTAL, C, {sizes}, {outs}, SN, SC, {strides}, BLOCK: tl.constexpr, BIG: tl.constexpr):",
+        "    pid = tl.program_id(0)",
+        "    idx = pid * BLOCK + tl.arange(0, BLOCK)",
+        "    if BIG:",
+        "        idx = idx.to(tl.int64)",
+        "    mask = idx < TOTAL",
+        *decode,
+        "    base = (r // C) * SN + (r % C) * SC",
+        f"    acc = tl.full([BLOCK], {init}, tl.float32)",
+        *body, *div,
+        "    tl.store(y_ptr + idx, acc.to(y_ptr.dtype.element_ty), mask=mask)",
+    ]
+    what = (f"{a['mode']}_pool{nd}d(kernel={k}, stride={st}, padding={pd}, " +
+            (f"ceil_mode={a['ceil_mode']}, count_include_pad={a['count_include_pad']}, divisor_override={a['divisor_override']})"
+             if avg else f"dilation={dl}, ceil_mode={a['ceil_mode']})"))
+    rank = nd + 2
+    src = "\n".join(kernel) + f'''
 
 
 def _{name}_out(size, k, s, p, d):
@@ -164,20 +202,23 @@ def _{name}_out(size, k, s, p, d):
 
 
 def launch_{name}(x):
-    """max_pool2d(kernel={a["kernel"]}, stride={a["stride"]}, padding={a["padding"]}, dilation={a["dilation"]}, ceil_mode={a["ceil_mode"]})."""
+    """{what}."""
     cfg = CONFIG[{name!r}]
-    x4 = x if x.dim() == 4 else x.unsqueeze(0)
-    nb, c, h, w = x4.shape
-    oh, ow = _{name}_out(h, {kh}, {sh}, {ph}, {dh}), _{name}_out(w, {kw}, {sw}, {pw}, {dw})
-    out = torch.empty((nb, c, oh, ow), device=x.device, dtype=x.dtype)
+    xb = x if x.dim() == {rank} else x.unsqueeze(0)
+    nb, c, *size = xb.shape
+    osize = [_{name}_out(size[i], *a) for i, a in enumerate({list(zip(k, st, pd, dl, strict=True))})]
+    out = torch.empty((nb, c, *osize), device=x.device, dtype=x.dtype)
     total = out.numel()
     if total:
         block = int(cfg["BLOCK"])
-        k_{name}[(triton.cdiv(total, block),)](x4, out, total, c, h, w, oh, ow, *x4.stride(), BLOCK=block,
-            BIG=max(total, x4.numel()) >= 2**31, num_warps=int(cfg["num_warps"]))
-    return out if x.dim() == 4 else out.squeeze(0)
+        k_{name}[(triton.cdiv(total, block),)](xb, out, total, c, *size, *osize, *xb.stride(), BLOCK=block,
+            BIG=max(total, xb.numel()) >= 2**31, num_warps=int(cfg["num_warps"]))
+    return out if x.dim() == {rank} else out.squeeze(0)
 '''
-    config = {"BLOCK": int(opts.get("BLOCK", 1024)), "num_warps": int(opts.get("num_warps", 4))}
+    # 8 outputs a thread at 4 warps up to 9 taps, fewer beyond: the unrolled taps' loads are all in flight, and
+    # KernelBench 46's 27 taps at 8 a thread took 255 registers and spilled (ptxas), at 2 a thread 163
+    block = 128 * max(1, 8 // -(-math.prod(k) // 9))
+    config = {"BLOCK": int(opts.get("BLOCK", block)), "num_warps": int(opts.get("num_warps", 4))}
     space = {"BLOCK": [256, 512, 1024, 2048], "num_warps": [2, 4, 8]}
     return SpecialSource(src, f"{n.name} = launch_{name}({x})", config, space)
 
@@ -191,6 +232,6 @@ def special_kernel(graph: Graph, grp: Group, options: dict | None = None) -> Spe
         return _cumsum(grp.id, n, args[0], opts)
     if n.op == "embedding":
         return _embedding(grp.id, n, args[0], args[1], opts)
-    if n.op == "max_pool2d":
-        return _max_pool2d(grp.id, n, args[0], opts)
+    if n.op == "pool":
+        return _pool(grp.id, n, args[0], opts)
     raise ValueError(f"no template for special op {n.op!r}")
