@@ -223,6 +223,18 @@ def _vector_norm(c: Ctx, b: dict) -> bool:
     return True
 
 
+@lowering("argmax.default", "argmin.default")
+def _arg_extreme(c: Ctx, b: dict) -> bool:
+    x = b["self"]
+    if not is_float(c.dtype(x)):
+        return False
+    dim = b.get("dim")
+    attrs = {"mode": c.node.op[3:6], "dim": None if dim is None else int(dim) % max(len(c.shape(x)), 1),
+             "keepdim": bool(b.get("keepdim", False))}
+    c.emit("special", "arg_extreme", (x,), c.node.shape, "int64", attrs, final=True)
+    return True
+
+
 @lowering("max.dim", "min.dim")
 def _max_min_dim(c: Ctx, b: dict) -> bool:
     x = b["self"]
@@ -414,13 +426,14 @@ def _conv(c: Ctx, b: dict) -> bool:
 
 # -- ops with a template of their own (``special.py``): one node each, run as one kernel ------------
 
-@lowering("cumsum.default")
-def _cumsum(c: Ctx, b: dict) -> bool:
+@lowering("cumsum.default", "cumprod.default")
+def _scan(c: Ctx, b: dict) -> bool:
     x = b["self"]
     if not is_float(c.dtype(x)) or not is_float(c.node.dtype):
         return False
     nd = len(c.shape(x))
-    c.emit("special", "cumsum", (x,), c.node.shape, c.node.dtype, {"dim": int(b["dim"]) % max(nd, 1)}, final=True)
+    c.emit("special", c.node.op.split(".")[0], (x,), c.node.shape, c.node.dtype, {"dim": int(b["dim"]) % max(nd, 1)},
+           final=True)
     return True
 
 

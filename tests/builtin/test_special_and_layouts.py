@@ -96,6 +96,17 @@ def test_cumsum_last_and_middle_dim(load, close, dtype):
     check(load, close, p, cases, dtype, acts, atol=tol[0], rtol=tol[1])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cumprod_carries_a_product_between_chunks(load, close, dtype):
+    p = problem("return torch.cumprod(xs[0], dim=-1), torch.cumprod(xs[0], dim=1)", dtype, "[torch.randn(2, 5, 33)]")
+    gids = [g.id for g in built(p).groups if g.kind == "special"]
+    assert len(gids) == 2
+    acts = [SetConfig(g, (("BLOCK_R", 16),)) for g in gids]  # 8 chunks in a row of 127: the carry is a product
+    # factors near 1 keep the products in range over 129 columns, signs flip them
+    cases = [[(torch.rand(*s) * 0.4 + 0.8) * torch.sign(torch.randn(*s))] for s in [(1, 1, 1), (2, 3, 127), (1, 17, 129)]]
+    check(load, close, p, cases, dtype, acts)
+
+
 # -- gather --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -143,6 +154,29 @@ def test_max_and_average_pools_of_one_to_three_dims(load, close, dtype, pool):
     smaller = (*shape[:-1], shape[-1] - 3)
     # the model at the file's size, a smaller one, and without the batch dim (a pool takes both)
     check(load, close, p, [[torch.randn(*shape)], [torch.randn(*smaller)], [torch.randn(*shape[1:])]], dtype)
+
+
+# -- argmax / argmin ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_arg_extremes_take_the_first_index_and_nan(load, close, dtype, op):
+    p = problem(f"x = xs[0]\n        return torch.{op}(x, dim=1), torch.{op}(x, dim=-1, keepdim=True), torch.{op}(x)", dtype,
+                "[torch.randn(3, 70, 33)]")
+    assert [g.kind for g in built(p).groups] == ["special"] * 3
+    mod = load(build(p, [SetConfig(g.id, (("TILE", 64), ("BLOCK_I", 16))) for g in built(p).groups]).source)
+    x = torch.randn(3, 70, 33)
+    x[0, 5:9, 2] = 7.0  # ties: the first index wins
+    x[1, :, 3] = 0.0
+    x[2, 40, 4] = x[2, 50, 4] = float("nan")  # NaN is the extreme, its first index wins
+    x[0, 66, 3] = float("inf")
+    x[1, 2, 5] = float("-inf")
+    cases = [x, torch.randn(2, 1, 1), torch.randint(-2, 3, (2, 130, 17)).float()]  # small ints: many ties
+    for xi in cases:
+        xi = xi.to(dtype)
+        want, got = mod.Model()(xi), mod.ModelNew()(xi)
+        for w, g in zip(want, got, strict=True):
+            assert g.dtype == torch.int64 and g.shape == w.shape and torch.equal(g, w), (op, xi.shape, w, g)
 
 
 # -- vector norms -------------------------------------------------------------------------------------

@@ -1,15 +1,17 @@
 """Templates for ops that are neither pointwise, row reductions nor GEMMs: one ``special`` node each
 (see ``lower.py``), one kernel per group.
 
-- ``cumsum``     a scan along one dim: rows of the scanned dim in chunks of ``BLOCK_R``; ``tl.cumsum``
-                 inside a chunk, a per-row carry between chunks (fp32 whatever the storage type).
+- ``cumsum``, ``cumprod`` a scan along one dim: rows of the scanned dim in chunks of ``BLOCK_R``; ``tl.cumsum``
+                 (``tl.cumprod``) inside a chunk, a per-row carry between chunks (fp64 whatever the storage type).
 - ``embedding``  a gather of table rows: a [BLOCK_T tokens, BLOCK_H columns] tile per program, loads
                  and stores contiguous along the hidden dim (a pure copy: exact in any dtype).
 - ``pool``       a window max or average over 2 or 3 spatial dims (1-D pools arrive as 2-D): one program per
                  BLOCK outputs, contiguous along the output width; the taps of neighbouring windows overlap,
                  so re-reads come from L1/L2, not DRAM. The average sums the taps in PyTorch's order and
                  divides as PyTorch does (``count_include_pad``, ``divisor_override``).
-All three are memory-bound: the tiles are chosen for full 128-byte transactions on the contiguous
+- ``arg_extreme`` argmax / argmin over one dim (or the flattened tensor): columns contiguous along the dims
+                 after it, the reduced dim walked in chunks; PyTorch's first index of the extreme, NaN first.
+All five are memory-bound: the tiles are chosen for full 128-byte transactions on the contiguous
 dim and a few KB in flight per program; the launchers read every size at run time.
 """
 
@@ -23,7 +25,7 @@ from ..partition import Group
 
 __all__ = ["special_kernel", "SpecialSource", "SPECIAL_OPS", "torch_expr"]
 
-SPECIAL_OPS = ("cumsum", "embedding", "pool")
+SPECIAL_OPS = ("cumsum", "cumprod", "embedding", "pool", "arg_extreme")
 
 
 @dataclass
@@ -36,10 +38,12 @@ class SpecialSource:
 
 def torch_expr(n: Node, args: list[str]) -> str:
     """The PyTorch call a special node stands for (a group sent back to PyTorch by an action)."""
-    if n.op == "cumsum":
-        return f"torch.cumsum({args[0]}, dim={n.attrs['dim']}).to(torch.{n.dtype})"
+    if n.op in ("cumsum", "cumprod"):
+        return f"torch.{n.op}({args[0]}, dim={n.attrs['dim']}).to(torch.{n.dtype})"
     if n.op == "embedding":
         return f"torch.nn.functional.embedding({args[1]}, {args[0]})"
+    if n.op == "arg_extreme":
+        return f"torch.arg{n.attrs['mode']}({args[0]}, dim={n.attrs['dim']}, keepdim={n.attrs['keepdim']})"
     if n.op == "pool":
         a, nd = n.attrs, len(n.attrs["kernel"])
         if a["mode"] == "avg":
@@ -50,8 +54,12 @@ def torch_expr(n: Node, args: list[str]) -> str:
     raise ValueError(f"no PyTorch rendering for special op {n.op}")
 
 
-def _cumsum(name: str, n: Node, x: str, opts: dict) -> SpecialSource:
-    src = f'''@triton.jit
+def _scan(name: str, n: Node, x: str, opts: dict) -> SpecialSource:
+    mul = n.op == "cumprod"
+    # the chunk's total: a sum, or a product by a combine function of the generated file's own
+    total = f"tl.reduce(v, 1, _mul_{name})" if mul else "tl.sum(v, axis=1)"
+    head = f"@triton.jit\ndef _mul_{name}(a, b):\n    return a * b\n\n\n" if mul else ""
+    src = head + f'''@triton.jit
 def k_{name}(x_ptr, y_ptr, NROWS, R, BLOCK_ROWS: tl.constexpr, BLOCK_R: tl.constexpr, BIG: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
@@ -61,7 +69,7 @@ def k_{name}(x_ptr, y_ptr, NROWS, R, BLOCK_ROWS: tl.constexpr, BLOCK_R: tl.const
     # fp64 sums: a scan in another order than torch's differs from it by up to ~15 fp32 ulps of the
     # running sum at 8192 columns (1e-4 near zero crossings); in fp64 ours is exact to one rounding,
     # and the memory-bound kernel does not notice the wider arithmetic
-    carry = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    carry = tl.full([BLOCK_ROWS], {1.0 if mul else 0.0}, tl.float64)
     # the carry enters the chunk's first column before the scan, so the scan's result only feeds the
     # store: Triton 3.6 fails to compile a scan result combined with a broadcast on the GPU
     # (OptimizeThreadLocality; experiments/probes/cumsum_variants.py)
@@ -70,14 +78,14 @@ def k_{name}(x_ptr, y_ptr, NROWS, R, BLOCK_ROWS: tl.constexpr, BLOCK_R: tl.const
         cols = start + tl.arange(0, BLOCK_R)
         mask = rmask[:, None] & (cols < R)[None, :]
         offs = rows[:, None] * R + cols[None, :]
-        v = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float64)
-        v = tl.where(first, v + carry[:, None], v)
-        tl.store(y_ptr + offs, tl.cumsum(v, axis=1).to(tl.float32).to(y_ptr.dtype.element_ty), mask=mask)
-        carry = tl.sum(v, axis=1)
+        v = tl.load(x_ptr + offs, mask=mask, other={1.0 if mul else 0.0}).to(tl.float64)
+        v = tl.where(first, v {"*" if mul else "+"} carry[:, None], v)
+        tl.store(y_ptr + offs, tl.{n.op}(v, axis=1).to(tl.float32).to(y_ptr.dtype.element_ty), mask=mask)
+        carry = {total}
 
 
 def launch_{name}(x):
-    """Inclusive prefix sum of ``x`` along dim {n.attrs["dim"]} (the scanned dim is made innermost)."""
+    """Inclusive prefix {"product" if mul else "sum"} of ``x`` along dim {n.attrs["dim"]} (the scanned dim made innermost)."""
     cfg = CONFIG[{name!r}]
     xt = x.movedim({n.attrs["dim"]}, -1).contiguous()
     out = torch.empty(xt.shape, device=x.device, dtype=torch.{n.dtype})
@@ -223,15 +231,79 @@ def launch_{name}(x):
     return SpecialSource(src, f"{n.name} = launch_{name}({x})", config, space)
 
 
+def _arg_extreme(name: str, n: Node, x: str, opts: dict) -> SpecialSource:
+    a = n.attrs
+    sign = "" if a["mode"] == "max" else "-"  # argmin(x) is argmax(-x), ties and NaN alike
+    src = f'''@triton.jit
+def k_{name}(x_ptr, y_ptr, R, INNER, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, BIG: tl.constexpr):
+    # x viewed as [outer, R, INNER] (the reduced dim in the middle): a program takes BLOCK_I columns of one outer
+    # index, loads contiguous along INNER, and walks R in chunks; the first index of the extreme wins, as in PyTorch,
+    # and a NaN is the extreme (its first index)
+    pid_o = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
+    if BIG:
+        cols = cols.to(tl.int64)
+        pid_o = pid_o.to(tl.int64)
+    cmask = cols < INNER
+    base = pid_o * R * INNER
+    best = tl.full([BLOCK_I], float("-inf"), tl.float32)
+    best_i = tl.zeros([BLOCK_I], dtype=tl.int64)
+    nan_i = tl.full([BLOCK_I], -1, tl.int64)
+    for start in range(0, R, BLOCK_R):
+        rows = start + tl.arange(0, BLOCK_R)
+        mask = (rows < R)[:, None] & cmask[None, :]
+        v = tl.load(x_ptr + base + rows[:, None] * INNER + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        v = tl.where(mask, {sign}v, float("-inf"))
+        isnan = (v != v).to(tl.int32)
+        first_nan = tl.argmax(isnan, axis=0, tie_break_left=True).to(tl.int64) + start
+        nan_i = tl.where((nan_i < 0) & (tl.max(isnan, axis=0) > 0), first_nan, nan_i)
+        v = tl.where(v != v, float("-inf"), v)
+        m = tl.max(v, axis=0)
+        at = tl.argmax(v, axis=0, tie_break_left=True).to(tl.int64) + start
+        take = m > best
+        best_i = tl.where(take, at, best_i)
+        best = tl.where(take, m, best)
+    tl.store(y_ptr + pid_o * INNER + cols, tl.where(nan_i >= 0, nan_i, best_i), mask=cmask)
+
+
+def launch_{name}(x):
+    """arg{a["mode"]} of ``x`` over dim {a["dim"]} (None: the flattened tensor), keepdim={a["keepdim"]}."""
+    cfg = CONFIG[{name!r}]
+    dim = {a["dim"]!r}
+    xc = (x.reshape(-1) if dim is None else x).contiguous()
+    d = 0 if dim is None else dim % max(xc.dim(), 1)
+    r = xc.shape[d] if xc.dim() else 1
+    outer = math.prod(xc.shape[:d]) if xc.dim() else 1
+    inner = math.prod(xc.shape[d + 1:]) if xc.dim() else 1
+    out = torch.empty((outer, inner), device=x.device, dtype=torch.int64)
+    if out.numel() and r:
+        block_i = min(triton.next_power_of_2(inner), int(cfg["BLOCK_I"]))
+        block_r = max(1, min(triton.next_power_of_2(r), int(cfg["TILE"]) // block_i))
+        k_{name}[(outer, triton.cdiv(inner, block_i))](xc, out, r, inner, BLOCK_R=block_r, BLOCK_I=block_i,
+            BIG=xc.numel() >= 2**31, num_warps=int(cfg["num_warps"]))
+    keep = {a["keepdim"]!r}
+    if dim is None:
+        return out.view((1,) * x.dim() if keep else ())
+    return out.view(*x.shape[:d], *((1,) if keep else ()), *x.shape[d + 1:])
+'''
+    # 64 contiguous columns (256 B of fp32) x 64 rows a chunk; a row reduced whole (INNER 1) takes the chunk in R
+    config = {"BLOCK_I": int(opts.get("BLOCK_I", 64)), "TILE": int(opts.get("TILE", 4096)),
+              "num_warps": int(opts.get("num_warps", 4))}
+    space = {"BLOCK_I": [16, 32, 64, 128], "TILE": [2048, 4096, 8192], "num_warps": [2, 4, 8]}
+    return SpecialSource(src, f"{n.name} = launch_{name}({x})", config, space)
+
+
 def special_kernel(graph: Graph, grp: Group, options: dict | None = None) -> SpecialSource:
     """Kernel, launcher and forward line of a ``special`` group (one node)."""
     opts = options or {}
     n = graph.node(grp.nodes[0])
     args = [a.name for a in n.args]
-    if n.op == "cumsum":
-        return _cumsum(grp.id, n, args[0], opts)
+    if n.op in ("cumsum", "cumprod"):
+        return _scan(grp.id, n, args[0], opts)
     if n.op == "embedding":
         return _embedding(grp.id, n, args[0], args[1], opts)
     if n.op == "pool":
         return _pool(grp.id, n, args[0], opts)
+    if n.op == "arg_extreme":
+        return _arg_extreme(grp.id, n, args[0], opts)
     raise ValueError(f"no template for special op {n.op!r}")
