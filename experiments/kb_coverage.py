@@ -302,7 +302,9 @@ def markdown(rows: list[dict], summary: dict, sample: list[dict], meta: dict) ->
     L = [f"# KernelBench coverage of the builtin agents ({meta['date']})", "",
          f"kernellab {meta['commit']}, torch {meta['torch']}, KernelBench at `{meta['kernelbench']}`, "
          f"levels {meta['levels']}. No GPU, no campaign: capture -> partition -> codegen of the seed only "
-         "(`experiments/kb_coverage.py`).", "",
+         "(`experiments/kb_coverage.py`). The seed as the CPU builds it: on a GPU an fp32 conv's reference is cuDNN in "
+         "TF32, and there the seed calls cuDNN for the conv with our kernel as its epilogue (the planner's children run "
+         "our conv; `codegen.CONV_ON_TF32_REFERENCE`).", "",
          "## Summary", "",
          f"- problems: **{summary['problems']}**; a seed source produced for **{summary['seed_produced']}**",
          f"- with at least one own Triton kernel (own + mixed): **{summary['with_own_kernel']}** "
