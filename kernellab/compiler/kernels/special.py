@@ -251,6 +251,8 @@ def k_{name}(x_ptr, y_ptr, R, INNER, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexp
     nan_i = tl.full([BLOCK_I], -1, tl.int64)
     for start in range(0, R, BLOCK_R):
         rows = start + tl.arange(0, BLOCK_R)
+        if BIG:
+            rows = rows.to(tl.int64)
         mask = (rows < R)[:, None] & cmask[None, :]
         v = tl.load(x_ptr + base + rows[:, None] * INNER + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         v = tl.where(mask, {sign}v, float("-inf"))
