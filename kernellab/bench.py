@@ -590,12 +590,12 @@ def _plan(reader: _Rows, problems: list[Problem], mine: list[int], rerun: frozen
     for i in mine:
         camps = reader.campaigns(problems[i].id)
         if problems[i].id in rerun and camps and camps[-1][1]["status"] == "done":
-            mine_again = [kc for kc in camps if _rerun_of(kc[1])]
-            if not mine_again:
+            reruns = [kc for kc in camps if _rerun_of(kc[1])]
+            if not reruns:
                 again[i] = camps[-1][1]["id"]
                 todo.append((i, None))
                 continue
-            camps = mine_again
+            camps = reruns
         if camps and camps[-1][1]["status"] == "done":
             skipped += 1
         elif camps:

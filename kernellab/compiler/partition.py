@@ -555,7 +555,7 @@ def _split_norm_cuts(graph: Graph, groups: list[Group]) -> tuple[set[str], set[s
             continue
         reds = {n for n in grp.nodes if graph.node(n).kind == "reduce"}
         mine = {n for n in grp.nodes if graph.node(n).kind == "pw" and any(x in reds for x in graph.node(n).refs())}
-        if reds and mine and not split_reduction_ok(graph, grp):
+        if mine and not split_reduction_ok(graph, grp):
             cuts |= mine
             cut_nodes |= set(grp.nodes)
     return cuts, cut_nodes

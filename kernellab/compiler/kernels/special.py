@@ -154,7 +154,7 @@ def _pool(name: str, n: Node, x: str, opts: dict) -> SpecialSource:
     k, st, pd, dl = a["kernel"], a["stride"], a["padding"], a["dilation"]
     decode, rest = [], "idx"
     for d, big in reversed(list(zip(dims, D, strict=True))):
-        decode += [f"    o{d} = {rest} % O{big}", f"    {rest if rest != 'idx' else 'r'} = {rest} // O{big}"]
+        decode += [f"    o{d} = {rest} % O{big}", f"    r = {rest} // O{big}"]
         rest = "r"
     body, ind, ok = [], "    ", "mask"
     div = []
