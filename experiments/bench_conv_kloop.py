@@ -1,11 +1,11 @@
 """Our own TF32 conv's K loop, side by side: the builtin ``tf32rn`` child (our conv, operands rounded as cuDNN rounds
-them) as generated now (tap-major where a group has 16+ input channels, the rounding by ``cvt.rna.tf32.f32``),
-the same on channels-innermost copies of the input and the weight (``NHWC=1``: vectorised loads, for a copy of the
-input), the same child with the flat K order (``TAP_MAJOR=0``: what the tap-major order alone is worth), and the child as
+them) as generated now (tap-major where a group has 16+ input channels, on channels-innermost copies of the input
+and the weight, the rounding by ``cvt.rna.tf32.f32``), the same on the NCHW tensors as given (``NHWC=0``: no copy,
+one float a load across the channels' planes), the same child with the flat K order (``TAP_MAJOR=0``: what the tap-major order alone is worth), and the child as
 the base commit generated it (the flat loop with its 2-D index arithmetic, the rounding by bit arithmetic, and the
 tiles it defaulted to, 128x64x32 on four warps, where the others start from 64x128x16 on two). Each a
-sandbox evaluation (correctness trials, then timing with eager beside it) in one run, in the order new, nhwc, flat,
-base, base, flat, nhwc, new, so that drift weighs on every side alike; cuDNN's seed once, the time to beat.
+sandbox evaluation (correctness trials, then timing with eager beside it) in one run, in the order new, nchw, flat,
+base, base, flat, nchw, new, so that drift weighs on every side alike; cuDNN's seed once, the time to beat.
 ``--sides`` picks others (new first), ``w4`` among them: four warps, where the default's two run ``mma.sync`` and
 Hopper's ``wgmma`` needs a warpgroup of four.
 
@@ -41,10 +41,10 @@ KB = ROOT / ".kb" if (ROOT / ".kb").is_dir() else ROOT.parent / "shared" / "kern
 DEFAULT = [KB / "level2" / n for n in ("17_Conv2d_InstanceNorm_Divide.py", "10_ConvTranspose2d_MaxPool_Hardtanh_Mean_Tanh.py")]
 BASE = "a049370"  # the last commit before the tap-major loop
 # each side: the child's config beside the generated one ("base": the base commit's child); what it isolates
-SIDES = {"new": ({}, "as generated"), "nhwc": ({"NHWC": 1}, "on channels-innermost copies"),
+SIDES = {"new": ({}, "as generated"), "nchw": ({"NHWC": 0}, "on the NCHW tensors as given"),
          "flat": ({"TAP_MAJOR": 0}, "the flat K loop"), "w4": ({"num_warps": 4}, "four warps (Hopper's wgmma)"),
          "base": (None, "the base commit's child")}
-DEFAULT_SIDES = ("new", "nhwc", "flat", "base")
+DEFAULT_SIDES = ("new", "nchw", "flat", "base")
 # our conv at cuDNN's TF32 rounding on the GPU (whose reference is cuDNN in TF32); on the CPU, whose reference is exact,
 # at ieee (the same K loop, judged correct there)
 PRECISION = {False: "tf32rn", True: "ieee"}
@@ -106,7 +106,7 @@ def _side(result: dict) -> dict:
 
 
 def order(sides: tuple[str, ...]) -> tuple[str, ...]:
-    """Each side twice, there and back (new, nhwc, flat, base, base, flat, nhwc, new)."""
+    """Each side twice, there and back (new, nchw, flat, base, base, flat, nchw, new)."""
     return (*sides, *reversed(sides))
 
 

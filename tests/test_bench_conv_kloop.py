@@ -39,9 +39,9 @@ def test_sides_are_their_k_orders_and_all_correct(tmp_path):
     f.write_text(PROBLEM)
     new = kloop.child_source(f, ROOT, "ieee")
     flat = kloop.child_source(f, ROOT, "ieee", TAP_MAJOR=0)
-    nhwc = kloop.child_source(f, ROOT, "ieee", NHWC=1)
+    nchw = kloop.child_source(f, ROOT, "ieee", NHWC=0)
     assert "'TAP_MAJOR': 1" in new and "'TAP_MAJOR': 0" in flat and 'input_precision="ieee"' in new
-    assert "'NHWC': 0" in new and "'NHWC': 1" in nhwc and "'TAP_MAJOR': 1" in nhwc
+    assert "'NHWC': 1" in new and "'NHWC': 0" in nchw and "'TAP_MAJOR': 1" in nchw
     assert kloop.main(["--make-base", str(tmp_path / "base"), "--base", "HEAD", str(f)]) == 0
     assert {p.name for p in (tmp_path / "base").iterdir()} == {"tconv16.tf32rn.py", "tconv16.ieee.py"}
     out = tmp_path / "out"
