@@ -103,8 +103,8 @@ def winners(store: Any, config_hash: str | None = None, problems: list[str] | No
             rows.append({**base, "kernellab": {"correct": False, "status": "no correct candidate"}})
             continue
         # the exported winner (fastest correct, a library-only one too) and, where it is another candidate, the
-        # best own-kernel one: the bench's "correct own-kernel winner" is that one, so it is judged too
-        own = store.best(camp["id"], pid, library=False)
+        # best kernel win: the bench's "correct own-kernel winner" is that one, so it is judged too
+        own = store.best(camp["id"], pid, library=False, kernel=True)
         picks = [(best[0], True, "exported")]
         if own and (own[0]["candidate_id"], own[0]["config_json"]) != (best[0]["candidate_id"], best[0]["config_json"]):
             picks.append((own[0], False, "own-kernel"))

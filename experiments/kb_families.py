@@ -13,9 +13,10 @@ eager and torch.compile, geomean speedups over the correct problems and over all
 unfinished = 1.0x), failures by class. Added here: "correct" (a correct candidate of any kind, own-kernel
 winner or not), the share of problems with a correct own-kernel winner against the 90% target, and per
 problem without one a classified reason (not finished / no correct candidate, with the dominant error class
-and its error text / a library-only winner / an own-kernel share below 0.5 / a failed winner re-timing). A
-library-only or low-share miss also names the best correct candidate of ours that would have counted but was
-slower (``own_kernel_candidate``), or, with none, what became of our own candidates.
+and its error text / a library-only winner / an own-kernel share below 0.5 / a failed winner re-timing); a
+library-only miss also says what became of our own candidates. An own-kernel winner that a faster correct
+candidate of mostly library time (cuDNN, cuBLAS) beats names it (``library_ahead``): there our kernel is correct
+but slower than the library, and speed is the work that problem needs.
 
 Families by :func:`family`: the file name (a level-2 file by its first op), the Model's ops when the name
 says nothing. Writes ``<date>-<device>-<name>-families.md`` and ``.json`` under ``--out-dir``; exit 2 on bad
@@ -188,24 +189,16 @@ def miss(store: Any, camp: dict | None, row: dict, objective: str) -> dict:
     nc = row.get("not_counted")
     if nc:
         full = store.evaluations(campaign_id=camp["id"], kind=Kind.FULL)
-        slower = _slower_own(store, full, objective, nc.get("candidate_id"))
-        more = "" if slower is None else (
-            f"; a slower correct candidate of ours carries {slower['own_kernel_share']:.2f} of its GPU time, at "
-            f"{_f(slower.get(objective), '{:.2f}x')} {objective.removeprefix('speedup_')} in its own evaluation "
-            f"({slower['action'] or 'seed'})")
-        extra = {} if slower is None else {"own_kernel_candidate": slower}
         if nc["reason"] == "library_only":
             own = store.reported_best(camp["id"], row["problem_id"], objective, library=False)
             detail = (f"no correct candidate runs kernels of its own ({_own_failures(full)})" if not own
                       else f"the best own-kernel candidate's share is {own[0]['own_kernel_share'] or 0:.2f} < "
                            f"{KERNEL_WIN_SHARE:g}")
-            return {"kind": "library_only", "reason": f"correct, but the winner is library-only: {detail}{more}",
-                    **extra}
+            return {"kind": "library_only", "reason": f"correct, but the winner is library-only: {detail}"}
         share = nc.get("own_kernel_share")
         return {"kind": "low_share",
                 "reason": f"correct, but the best own-kernel candidate runs {'?' if share is None else f'{share:.2f}'} "
-                          f"of its GPU time in its own kernels (kernel win share below {KERNEL_WIN_SHARE:g}){more}",
-                **extra}
+                          f"of its GPU time in its own kernels (kernel win share below {KERNEL_WIN_SHARE:g})"}
     full = store.evaluations(campaign_id=camp["id"], kind=Kind.FULL)
     if not full:
         return {"kind": "no_evaluation", "reason": "finished without evaluating a candidate"}
@@ -225,20 +218,21 @@ def miss(store: Any, camp: dict | None, row: dict, objective: str) -> dict:
                       + (f": {_one_line(text)}" if _one_line(text) else "")}
 
 
-def _slower_own(store: Any, full: list[dict], objective: str, winner: str | None) -> dict | None:
-    """Of a campaign's evaluations ``full``, the best correct candidate that would be a kernel win but lost to a
-    faster one that is not (a library call, or ours around a library call): the kernel work that problem needs
-    is speed, not correctness."""
-    from kernellab.vocab import Status, counts_as_kernel_win
+def library_ahead(store: Any, camp: dict, row: dict, objective: str) -> dict | None:
+    """The correct candidate faster than the problem's own-kernel winner ``row`` that is no kernel win
+    (library-only, or mostly library time: a cuDNN conv with our epilogue), or None: our kernel is correct
+    there, and slower than the library."""
+    from kernellab.vocab import counts_as_kernel_win
 
-    ok = [e for e in full if e["status"] == Status.CORRECT and counts_as_kernel_win(e) and e.get(objective) is not None
-          and e["candidate_id"] != winner]  # (the winner's share is its re-timing's, near the line at times)
-    if not ok:
+    top = store.reported_best(camp["id"], row["problem_id"], objective)
+    if not top or top[0]["candidate_id"] == row.get("candidate_id") or counts_as_kernel_win(top[0]):
         return None
-    best = max(ok, key=lambda e: e[objective])
-    action = (store.get_candidate(best["candidate_id"]) or {}).get("action")
-    return {"candidate_id": best["candidate_id"], "own_kernel_share": best["own_kernel_share"] or 0.0,
-            objective: best[objective], "action": action}
+    v, mine = top[0].get(objective), row.get(objective)
+    if v is None or mine is None or v <= mine:
+        return None
+    return {"candidate_id": top[0]["candidate_id"], "own_kernel_share": top[0]["own_kernel_share"] or 0.0,
+            "library_only": bool(top[0]["library_only"]), objective: v,
+            "action": (store.get_candidate(top[0]["candidate_id"]) or {}).get("action")}
 
 
 def _own_failures(full: list[dict]) -> str:
@@ -297,6 +291,10 @@ def read(stores: list[Any], suite: str, config_hash: str | None = None, allow_li
             found = reader.campaigns(prob.id)
             k, camp = found[-1] if found else (0, None)
             row["miss"] = miss(stores[k], camp, row, objective)
+        elif not allow_library:
+            k, camp = reader.campaigns(prob.id)[-1]
+            if (ahead := library_ahead(stores[k], camp, row, objective)) is not None:
+                row["library_ahead"] = ahead
     return {"db": [str(s.path) for s in stores], "suite": suite, "config_hash": config_hash, "objective": objective,
             "allow_library": allow_library, "rows": rows, "outside_suite": outside}
 
@@ -386,14 +384,18 @@ def to_markdown(result: dict) -> str:
     for r in result["table"]:
         name = f"**{r['label']}**" if r["family"] == "all" else r["label"]
         lines.append(f"| {name} | " + " | ".join(str(r["misses"].get(k, 0)) for k in kinds) + " |")
-    slower = [m for m in result["misses"] if m.get("own_kernel_candidate")]
-    if slower:
-        key = result["objective"]
-        beat = sum(1 for m in slower if (m["own_kernel_candidate"].get(key) or 0) > 1.0)
-        lines += ["", f"{len(slower)} of the library-only and low-share misses have a slower correct candidate of ours "
-                      f"that carries at least {KERNEL_WIN_SHARE:g} of its GPU time ({beat} of them faster than "
-                      f"{key.removeprefix('speedup_')} in their own evaluation): a faster own kernel, not a correct one, "
-                      "is what those problems lack."]
+    key = result["objective"]
+    ahead = [r for r in result["problems"] if r.get("library_ahead")]
+    if ahead:
+        beat = sum(1 for r in ahead if (r[key] or 0) <= 1.0 < r["library_ahead"][key])
+        lines += ["", f"## Own-kernel winners behind a library candidate ({len(ahead)})", "",
+                  f"A faster correct candidate of mostly library time (share < {KERNEL_WIN_SHARE:g}) beats our kernel on "
+                  f"these; on {beat} of them it beats {key.removeprefix('speedup_')} where ours does not. Our kernel's "
+                  "speed, not its correctness, is what they lack.", ""]
+        lines += [f"- `{r['problem']}` ({LABELS[r['family']]}): ours {_f(r[key], '{:.2f}x')}, share "
+                  f"{_f(r['own_kernel_share'])}; the library path {_f(r['library_ahead'][key], '{:.2f}x')}, share "
+                  f"{_f(r['library_ahead']['own_kernel_share'])} ({r['library_ahead']['action'] or 'seed'})"
+                  for r in sorted(ahead, key=lambda r: (_number(r["path"]), r["problem"]))]
     lines += ["", "## Misses", ""]
     lines += [f"- `{m['problem']}` ({LABELS[m['family']]}): {m['reason']}" for m in result["misses"]] or ["none"]
     lines += ["", "## Families", "", "By `kb_families.family`: the file name's leftmost op word (a level-2 file by "
@@ -416,7 +418,8 @@ def build(stores: Any, suite: str, config_hash: str | None = None, allow_library
     order = {k: i for i, (k, _) in enumerate(FAMILIES)}
     # an unfinished row's figures are its campaign's so far: they never count (the bench's rule), so they are not
     # put beside the verdict
-    keep = ("not_counted", "speedup_eager", "speedup_compile", "win_eager", "win_compile", "own_kernel_share")
+    keep = ("not_counted", "speedup_eager", "speedup_compile", "win_eager", "win_compile", "own_kernel_share",
+            "library_ahead")
     problems = [{"problem": r["problem"], "path": r["path"], "family": r["family"], "finished": r.get("finished", True),
                  "state": r.get("state"), "any_correct": r["any_correct"],
                  "own_kernel_win": bool(r.get("finished", True) and r["correct"]), "failures": r["failures"],

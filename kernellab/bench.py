@@ -1,10 +1,12 @@
 """``kernellab bench SUITE``: one campaign per problem of a suite, then one honest table.
 
-fast_p (KernelBench's measure) is the fraction of **all** problems of the suite whose best candidate is
-correct, a *kernel win*, and faster than the baseline by more than p; we report it against eager and
-against ``torch.compile``, both timed in the same run on the same device. A kernel win (the design contract) runs
-at least ``KERNEL_SHARE_MIN`` of its GPU time in the candidate's own kernels; a best candidate that is
-``library_only`` or below that share is reported separately and not counted unless ``allow_library``.
+fast_p (KernelBench's measure) is the fraction of **all** problems of the suite whose best *kernel win* is
+faster than the baseline by more than p; we report it against eager and against ``torch.compile``, both timed
+in the same run on the same device. A kernel win (the design contract) is a correct candidate that runs at least
+``KERNEL_SHARE_MIN`` of its GPU time in its own kernels; a problem's winner is the best of those (a faster
+candidate that is mostly cuDNN or cuBLAS does not hide it), re-timed in a fresh job like every winner. A problem
+whose correct candidates are all ``library_only`` or below that share is reported separately and not counted
+unless ``allow_library`` (then the best correct candidate of any kind is its winner).
 Problems not finished (not run yet, interrupted, or in another shard) count as not correct and not
 fast: the denominators are always the whole suite. Interpreted (CPU) runs check correctness only:
 their speedups are None and fast_p>0 is not computed.
@@ -35,7 +37,14 @@ from typing import Any
 
 from kernellab import _interrupt, _runtime, env
 from kernellab._busy import BusySampler
-from kernellab.campaign import CampaignConfig, check_campaign, mark_stopped, run_campaign, start_campaign
+from kernellab.campaign import (
+    CampaignConfig,
+    check_campaign,
+    mark_stopped,
+    retimes_missing,
+    run_campaign,
+    start_campaign,
+)
 from kernellab.fileio import write_atomic
 from kernellab.problem import Problem, load_problem
 from kernellab.vocab import KERNEL_WIN_SHARE, Kind, Status, best_key, counts_as_kernel_win, small_for
@@ -151,8 +160,9 @@ def problem_row(store: Any, campaign_id: str, objective: str = "speedup_eager", 
             key = e["error_class"] or e["status"]
             failures[key] = failures.get(key, 0) + 1
     cands = store.candidates(campaign_id, pid)
-    # the store's reported best: the winner under the objective, replaced by its fresh-job re-timing
-    reported = store.reported_best(campaign_id, pid, objective, library=allow_library)
+    # the store's reported best among the kernel wins (every correct one with allow_library), replaced by its
+    # fresh-job re-timing: a faster candidate that is mostly cuDNN does not hide a correct one of our own
+    reported = store.reported_best(campaign_id, pid, objective, library=allow_library, kernel=not allow_library)
     best = reported[0] if reported and counts_as_kernel_win(reported[0], allow_library) else None
     good = store.reported_best(campaign_id, pid, objective, library=True) if best is None else [best]
     row: dict[str, Any] = {"problem": prob["name"], "path": prob["path"], "problem_id": pid, "campaign": camp["name"],
@@ -263,7 +273,7 @@ class _Rows:
                 rows.append(pending_row(prob, path, "not run"))
                 continue
             k, camp = found[-1]
-            key = (k, camp["id"])
+            key = (k, camp["id"], camp["updated_at"])  # a finished campaign run again for its re-timings changes
             if key in self._cache:
                 rows.append(self._cache[key])
                 continue
@@ -583,7 +593,8 @@ def _plan(reader: _Rows, problems: list[Problem], mine: list[int], rerun: frozen
     """(problem index, campaign to resume or None to start) for each problem of the shard not finished
     under this configuration; how many are skipped as finished and how many resumed; and the problems
     (index -> the finished campaign it reruns) whose new campaign is a rerun (``rerun``: problem ids run
-    again under the current code although finished, once: an unfinished rerun is resumed, a finished one counts)."""
+    again under the current code although finished, once: an unfinished rerun is resumed, a finished one counts).
+    A finished campaign whose winners lack a re-timing (``campaign.retimes_missing``) is resumed for those alone."""
     todo: list[tuple[int, str | None]] = []
     skipped = resumed = 0
     again: dict[int, str] = {}
@@ -596,7 +607,7 @@ def _plan(reader: _Rows, problems: list[Problem], mine: list[int], rerun: frozen
                 todo.append((i, None))
                 continue
             camps = reruns
-        if camps and camps[-1][1]["status"] == "done":
+        if camps and camps[-1][1]["status"] == "done" and not retimes_missing(reader.stores[camps[-1][0]], camps[-1][1]):
             skipped += 1
         elif camps:
             resumed += 1

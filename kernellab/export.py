@@ -53,7 +53,7 @@ def best_candidate(store: Any, campaign: str, problem: str | None = None, librar
     """The reported best evaluation of ``problem`` (name or id; may be omitted when the campaign has
     one problem) in ``campaign`` (``store.reported_best``: the winner under the campaign's objective,
     as re-timed in a fresh job when it was), with its ``candidate``, ``problem`` and ``campaign`` rows.
-    ``library=False``: the best of the candidates that run kernels of their own (a bench's kernel win)."""
+    ``library=False``: the best kernel win (a bench's winner: at least half of its GPU time in kernels of its own)."""
     camp = store.get_campaign(campaign)
     if camp is None:
         raise ExportError(f"no campaign {campaign!r} in {store.path}")
@@ -73,7 +73,7 @@ def best_candidate(store: Any, campaign: str, problem: str | None = None, librar
             names = ", ".join(sorted(r["name"] for r in rows.values())) or "none"
             raise ExportError(f"campaign {camp['name']!r} has no problem {problem!r} (it has: {names})")
         pid = matches[0]
-    best = store.reported_best(camp["id"], pid, library=library)
+    best = store.reported_best(camp["id"], pid, library=library, kernel=not library)
     if not best:
         raise NoCorrectCandidate(f"problem {rows[pid]['name']!r} has no correct candidate in campaign {camp['name']!r}")
     return {"evaluation": best[0], "candidate": store.get_candidate(best[0]["candidate_id"]),

@@ -119,15 +119,16 @@ def best_key(objective: str) -> Callable[[dict], tuple]:
 
 
 def best_evaluation(evaluations: Iterable[dict], objective: str = DEFAULT_OBJECTIVE,
-                    library: bool = True) -> dict | None:
+                    library: bool = True, kernel: bool = False) -> dict | None:
     """The selection among one problem's evaluation rows (in the order they were written), the rule of
-    ``store.best``: correct and judged, not library-only unless ``library``, and no (candidate, config)
-    whose winner re-timing failed; the first under :func:`best_key`."""
+    ``store.best``: correct and judged, not library-only unless ``library``, only kernel wins
+    (:func:`counts_as_kernel_win`) where ``kernel``, and no (candidate, config) whose winner re-timing failed;
+    the first under :func:`best_key`."""
     rows = list(evaluations)
     failed = {(e["candidate_id"], _config_text(e)) for e in rows
               if is_winner_retime(e) and e.get("status") != Status.CORRECT}
     eligible = [e for e in rows if e.get("status") == Status.CORRECT and is_judged(e)
-                and (library or not e.get("library_only"))
+                and (library or not e.get("library_only")) and (not kernel or counts_as_kernel_win(e))
                 and (e["candidate_id"], _config_text(e)) not in failed]
     return min(eligible, key=best_key(objective), default=None)
 

@@ -211,6 +211,42 @@ def test_only_kernel_wins_count_in_fast_p(share: float, library_only: bool, coun
     assert problem_row(store, cid, allow_library=True)["correct"]
 
 
+def test_the_winner_is_the_best_kernel_win_and_its_missing_retiming_resumes_the_campaign() -> None:
+    """A faster candidate that is mostly library time does not hide a correct one of our own: ours is the
+    problem's winner (slower, counted, reported). A finished campaign whose winners lack a re-timing (the
+    kernel win's, where an older campaign re-timed only the fastest) is resumed for it; re-timed, skipped."""
+    from kernellab.bench import _plan, _Rows
+    from kernellab.store import WINNER_RETIME
+
+    path = ROOT / "tests" / "sandbox" / "problems" / "tiny_relu.py"
+    prob = load_problem(path)
+    store = Store(":memory:")
+    pid = store.add_problem(prob)
+    cid = store.create_campaign("c", {"problem_ids": [pid], "objective": "speedup_eager",
+                                      "bench": {"config_hash": "h"}}, "NVIDIA H200", {})
+    store.update_campaign(cid, status="done")
+    timed = {"status": "correct", "p20_ms": 0.9, "p80_ms": 1.1, "eager_ms": 1.0, "compile_ms": 1.0,
+             "interpreted": False, "library_only": False}
+    lib = store.add_candidate(cid, pid, "class ModelNew: pass  # cudnn and an epilogue\n", origin="seed")
+    own = store.add_candidate(cid, pid, "class ModelNew: pass  # ours\n", origin="seed")
+    store.add_evaluation(lib, {**timed, "median_ms": 0.5, "speedup_eager": 2.0, "speedup_compile": 2.0,
+                               "own_kernel_share": 0.1})
+    store.add_evaluation(own, {**timed, "median_ms": 1.25, "speedup_eager": 0.8, "speedup_compile": 0.8,
+                               "own_kernel_share": 0.9})
+    row = problem_row(store, cid)
+    assert row["correct"] and row["candidate_id"] == own and row["speedup_eager"] == 0.8 and not row["retimed"]
+    assert summarize([row])["fast_0_eager"] == 1.0 and summarize([row])["fast_1_eager"] == 0.0
+    assert problem_row(store, cid, allow_library=True)["candidate_id"] == lib
+    reader = _Rows([store], [prob], [path], "h", "speedup_eager", False)
+    assert _plan(reader, [prob], [0]) == ([(0, cid)], 0, 1, {})  # resumed: its winners were never re-timed
+    for cand, ms, share in ((lib, 0.5, 0.1), (own, 1.25, 0.9)):
+        store.add_evaluation(cand, {**timed, "median_ms": ms, "speedup_eager": 1.0 / ms, "own_kernel_share": share,
+                                    "details": {WINNER_RETIME: {"band": {}}}}, kind="retime")
+    assert _plan(reader, [prob], [0]) == ([], 1, 0, {})
+    row = problem_row(store, cid)
+    assert row["retimed"] and row["candidate_id"] == own and row["speedup_eager"] == 0.8
+
+
 def test_write_atomic(tmp_path: Path) -> None:
     out = tmp_path / "sub" / "r.json"
     write_atomic(out, '{"a": 1}')

@@ -17,7 +17,7 @@ from __future__ import annotations
 from kernellab.campaign.api import problems_to_run, run
 from kernellab.campaign.config import TUNE_TRIALS_MAX, TUNE_TRIALS_MIN, CampaignBusy, CampaignConfig, CampaignError
 from kernellab.campaign.lock import campaign_lock, is_held, is_stale
-from kernellab.campaign.retime import retime_winners
+from kernellab.campaign.retime import retime_winners, retimes_missing
 from kernellab.campaign.running import (
     PROBLEM_FAULT,
     check_campaign,
@@ -32,6 +32,6 @@ from kernellab.campaign.running import (
 from kernellab.campaign.timeline import format_step_times, step_times, step_times_line
 
 __all__ = ["CampaignConfig", "TUNE_TRIALS_MIN", "TUNE_TRIALS_MAX", "check_campaign", "start_campaign", "run_campaign",
-           "resume_campaign", "CampaignError", "CampaignBusy", "campaign_lock", "is_held", "is_stale", "retime_winners", "run", "step_times",
+           "resume_campaign", "CampaignError", "CampaignBusy", "campaign_lock", "is_held", "is_stale", "retime_winners", "retimes_missing", "run", "step_times",
            "step_times_line", "format_step_times", "mark_stopped", "mark_stopped_here", "PROBLEM_FAULT", "problem_fault", "make_agents",
            "problems_to_run"]

@@ -146,7 +146,8 @@ def retime(campaign: str, problem: str | None, force: bool, db: str, as_json: bo
     """Re-time each problem's winner of CAMPAIGN in a fresh job (candidate, eager and torch.compile
     interleaved): the number status, report, export and bench print.
 
-    Campaigns do it at their end; this does it on demand. Prints the summary; exit 1 when no problem has a
+    Where the winner is not a kernel win, the best kernel win too (the one bench counts). Campaigns do it at
+    their end; this does it on demand. Prints the summary; exit 1 when no problem has a
     correct candidate."""
     from kernellab.campaign import CampaignError, campaign_lock, retime_winners
 
@@ -163,7 +164,7 @@ def retime(campaign: str, problem: str | None, force: bool, db: str, as_json: bo
     summary["retime"] = outcomes
     if not as_json:
         for o in outcomes:
-            click.echo(f"{o['problem']}: {o['outcome']}")
+            click.echo(f"{o['problem']}{' (' + o['selection'] + ')' if o.get('selection') else ''}: {o['outcome']}")
     _finish(summary, as_json)
 
 

@@ -119,7 +119,7 @@ def _run(store: Any, camp: dict, pid: str, calls: list[dict], n_problems: int) -
                 best = v
         run.points.append((n, t, best))
     run.failures = dict(failures)
-    reported = store.reported_best(camp["id"], pid, objective, library=False)
+    reported = store.reported_best(camp["id"], pid, objective, library=False, kernel=True)
     if reported and counts_as_kernel_win(reported[0]) and _value(reported[0], objective) is not None:
         run.final, run.final_retimed = _value(reported[0], objective), bool(reported[0].get("retimed"))
     else:

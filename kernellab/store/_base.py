@@ -115,16 +115,18 @@ class BaseStore(abc.ABC):
 
     @abc.abstractmethod
     def best(self, campaign_id: str, problem_id: str | None = None,
-             objective: str = "speedup_eager", library: bool = True) -> list[dict]:
+             objective: str = "speedup_eager", library: bool = True, kernel: bool = False) -> list[dict]:
         """Per problem, the best correct judged evaluation (joined with its candidate): the
         *selection* of the winner. Winners' re-timings never take part, and a (candidate, config)
-        whose re-timing failed is out. ``library=False`` leaves out library-only evaluations."""
+        whose re-timing failed is out. ``library=False`` leaves out library-only evaluations; ``kernel``
+        keeps only those that count as kernel wins (``vocab.counts_as_kernel_win``): a benchmark's winner."""
 
     @abc.abstractmethod
     def reported_best(self, campaign_id: str, problem_id: str | None = None, objective: str | None = None,
-                      library: bool = True) -> list[dict]:
+                      library: bool = True, kernel: bool = False) -> list[dict]:
         """Per problem, the number kernellab prints: the winner (:meth:`best` under ``objective``,
-        default the campaign's) replaced by its latest fresh-job re-timing when it has one."""
+        default the campaign's, ``library`` and ``kernel`` as there) replaced by its latest fresh-job
+        re-timing when it has one."""
 
     @abc.abstractmethod
     def summary(self, campaign_id: str) -> dict: ...

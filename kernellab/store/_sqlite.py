@@ -15,6 +15,7 @@ from sqlite_utils import Database
 from kernellab.vocab import (
     DEFAULT_OBJECTIVE,
     JUDGED,
+    KERNEL_WIN_SHARE,
     KINDS,
     OBJECTIVES,
     STATUSES,
@@ -386,7 +387,7 @@ class SQLiteStore(BaseStore):
         return rows
 
     def best(self, campaign_id: str, problem_id: str | None = None,
-             objective: str = DEFAULT_OBJECTIVE, library: bool = True) -> list[dict]:
+             objective: str = DEFAULT_OBJECTIVE, library: bool = True, kernel: bool = False) -> list[dict]:
         if objective not in OBJECTIVES:
             raise StoreError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
         # The order is kernellab.vocab.best_key's (tests/store checks that the two agree): the
@@ -408,6 +409,7 @@ class SQLiteStore(BaseStore):
               and not exists (select 1 from evaluations w where w.candidate_id = e.candidate_id
                               and w.config_json = e.config_json and {winner} and w.status != '{Status.CORRECT.value}')
               {"" if library else "and not e.library_only"}
+              {"" if not kernel else f"and not e.library_only and (e.interpreted or e.own_kernel_share >= {KERNEL_WIN_SHARE!r})"}
               {"and c.problem_id = ?" if problem_id else ""}"""
         params = [campaign_id] + ([problem_id] if problem_id else [])
         rows = self._all(f"select * from ({sql}) where rk = 1 order by problem_id", params)
@@ -416,7 +418,7 @@ class SQLiteStore(BaseStore):
         return rows
 
     def reported_best(self, campaign_id: str, problem_id: str | None = None, objective: str | None = None,
-                      library: bool = True) -> list[dict]:
+                      library: bool = True, kernel: bool = False) -> list[dict]:
         """Per problem, the row every printed number comes from (``status``, ``report``, ``export``,
         ``bench``): the winner under ``objective`` (the campaign's when None), replaced by its latest
         correct fresh-job re-timing when it has one. Extra keys: ``retimed``, ``selected_id`` (the
@@ -429,7 +431,7 @@ class SQLiteStore(BaseStore):
         if camp is None:
             raise StoreError(f"no campaign {campaign_id!r}")
         objective = objective or (camp.get("config") or {}).get("objective") or DEFAULT_OBJECTIVE
-        rows = self.best(camp["id"], problem_id, objective, library=library)
+        rows = self.best(camp["id"], problem_id, objective, library=library, kernel=kernel)
         if not rows:
             return []
         latest: dict[tuple[str, str], dict] = {}

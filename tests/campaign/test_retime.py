@@ -119,6 +119,53 @@ def test_a_winner_that_fails_its_recheck_is_out_and_the_next_is_retimed(tmp_path
     store.close()
 
 
+def test_a_winner_that_is_no_kernel_win_brings_the_best_kernel_win_along(tmp_path: Path) -> None:
+    """The fastest candidate is library-only (what a user is given); a benchmark counts the best kernel win, so
+    that one is re-timed too, and a finished campaign that lacks it says so (``retimes_missing``)."""
+    from kernellab.campaign import retimes_missing
+    from kernellab.sandbox import LocalExecutor
+
+    store = Store(tmp_path / "k.db")
+    problem = Problem(name="affine", source=AFFINE.read_text(), path=str(AFFINE))
+    pid = store.add_problem(problem)
+    cid = store.create_campaign("lib", {"problem_ids": [pid], "objective": "speedup_eager", "trials": 2,
+                                        "device": "cpu", "problems": [str(AFFINE)]}, "cpu", {})
+    lib = store.add_candidate(cid, pid, GOOD + "\n# the library's\n", origin="seed")
+    own = store.add_candidate(cid, pid, GOOD, origin="seed")
+    store.add_evaluation(lib, _timed(1.0, library_only=True), kind="full")
+    store.add_evaluation(own, _timed(2.0), kind="full")
+    camp = store.get_campaign(cid)
+    assert store.best(cid)[0]["candidate_id"] == lib and store.best(cid, kernel=True)[0]["candidate_id"] == own
+    assert retimes_missing(store, camp) == [pid]
+    with LocalExecutor(cpu_workers=1) as ex:
+        outcomes = retime_winners(store, cid, executor=ex)
+    assert [(o["candidate_id"], o["outcome"], o.get("selection")) for o in outcomes] == [
+        (lib, "re-timed", None), (own, "re-timed", "kernel win")]
+    assert store.reported_best(cid, kernel=True)[0]["retimed"] and store.reported_best(cid)[0]["retimed"]
+    assert retimes_missing(store, camp) == []
+    with LocalExecutor(cpu_workers=1) as ex:  # both re-timed before: nothing runs
+        again = retime_winners(store, cid, executor=ex)
+    assert [o["outcome"] for o in again] == ["re-timed before", "re-timed before"]
+    store.close()
+
+
+def test_a_winner_that_is_a_kernel_win_is_retimed_once(tmp_path: Path) -> None:
+    from kernellab.sandbox import LocalExecutor
+
+    store = Store(tmp_path / "k.db")
+    problem = Problem(name="affine", source=AFFINE.read_text(), path=str(AFFINE))
+    pid = store.add_problem(problem)
+    cid = store.create_campaign("own", {"problem_ids": [pid], "objective": "speedup_eager", "trials": 2,
+                                        "device": "cpu", "problems": [str(AFFINE)]}, "cpu", {})
+    own = store.add_candidate(cid, pid, GOOD, origin="seed")
+    store.add_evaluation(own, _timed(1.0), kind="full")
+    with LocalExecutor(cpu_workers=1) as ex:
+        outcomes = retime_winners(store, cid, executor=ex, force=True)
+    assert [(o["candidate_id"], o["outcome"]) for o in outcomes] == [(own, "re-timed")]
+    assert len(store.evaluations(candidate_id=own, kind="retime")) == 1  # not again for the kernel-win rule
+    store.close()
+
+
 def test_reported_best_is_the_retiming_and_the_selection_ignores_it(tmp_path: Path) -> None:
     store = Store(":memory:")
     problem = Problem(name="affine", source=AFFINE.read_text(), path=str(AFFINE))

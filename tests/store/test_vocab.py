@@ -23,6 +23,7 @@ from kernellab.vocab import (
     apply_config,
     best_evaluation,
     best_key,
+    counts_as_kernel_win,
     flatten_space,
     read_space,
     space_from_source,
@@ -74,6 +75,7 @@ def _random_rows(store, rng: random.Random, cands: list[str]) -> None:
         ms = rng.choice([None, 1.0, 2.0, 2.0, 3.0]) if status == Status.CORRECT else None
         result = {"status": status, "config": config, "median_ms": ms, "interpreted": interpreted,
                   "library_only": rng.random() < 0.2, "details": {},
+                  "own_kernel_share": rng.choice([None, 0.0, 0.3, 0.5, 0.9]),
                   "speedup_eager": None if interpreted or ms is None else rng.choice([None, 1.5, 2.0, 2.0, 4.0]),
                   "speedup_compile": None if interpreted or ms is None else rng.choice([0.5, 1.0, 1.0]),
                   "id": f"e{n:03d}"}
@@ -91,11 +93,13 @@ def test_store_best_is_the_vocabulary_best(store, seed: int) -> None:
                   for pid in pids}
     checked = 0
     for objective in OBJECTIVES:
-        for library in (True, False):
-            got = {r["problem_id"]: r["id"] for r in store.best(cid, objective=objective, library=library)}
+        for library, kernel in ((True, False), (False, False), (True, True), (False, True)):
+            got = {r["problem_id"]: r["id"] for r in store.best(cid, objective=objective, library=library, kernel=kernel)}
             want = {pid: b["id"] for pid, evs in by_problem.items()
-                    if (b := best_evaluation(evs, objective, library)) is not None}
-            assert got == want, (objective, library)
+                    if (b := best_evaluation(evs, objective, library, kernel)) is not None}
+            assert got == want, (objective, library, kernel)
+            # a benchmark's winner is a kernel win (vocab's rule on each row), and the SQL's filter is that rule
+            assert all(counts_as_kernel_win(store.get_evaluation(i)) for i in got.values()) or not kernel
             checked += len(want)
     assert checked >= 4  # the seeded rows do select something
 
