@@ -247,6 +247,39 @@ def test_the_winner_is_the_best_kernel_win_and_its_missing_retiming_resumes_the_
     assert row["retimed"] and row["candidate_id"] == own and row["speedup_eager"] == 0.8
 
 
+def test_a_finished_campaign_is_resumed_for_its_missing_retiming_alone(tmp_path: Path) -> None:
+    """End to end on the CPU: a finished bench campaign whose winner (here a library-only candidate, written after
+    it finished, as the older rule left such winners) was never re-timed is run again by the next bench call for
+    that re-timing alone (no new candidate, one re-timing job through the real sandbox); the call after skips it."""
+    from kernellab.store import WINNER_RETIME
+
+    suite = tmp_path / "one.txt"
+    suite.write_text(TINY[0] + "\n")
+    db = tmp_path / "b.db"
+    store = Store(db)
+    run_bench(str(suite), store, TINY_KW, out_dir=tmp_path / "out")
+    (camp,) = store.list_campaigns()
+    pid = camp["config"]["problem_ids"][0]
+    ours = store.best(camp["id"], pid, kernel=True)[0]
+    # torch's own softmax as a candidate: library-only, and (as recorded) the fastest
+    lib = store.add_candidate(camp["id"], pid, "import torch\n\n\nclass ModelNew(torch.nn.Module):\n"
+                              "    def forward(self, x):\n        return torch.softmax(x, dim=-1)\n", origin="human")
+    store.add_evaluation(lib, {"status": "correct", "median_ms": (ours["median_ms"] or 1.0) / 10, "interpreted": True,
+                               "library_only": True, "device": "cpu"}, kind="full")
+    assert store.best(camp["id"], pid)[0]["candidate_id"] == lib
+    before = len(store.candidates(camp["id"]))
+    result, _, _ = run_bench(str(suite), store, TINY_KW, out_dir=tmp_path / "out")
+    retimes = [e for e in store.evaluations(candidate_id=lib, kind="retime") if (e["details"] or {}).get(WINNER_RETIME)]
+    assert len(retimes) == 1 and retimes[0]["library_only"], retimes
+    assert len(store.candidates(camp["id"])) == before and store.get_campaign(camp["id"])["status"] == "done"
+    (row,) = result["problems"]
+    assert row["correct"] and row["candidate_id"] == ours["candidate_id"]  # the kernel win is still the winner
+    n = len(store.evaluations(campaign_id=camp["id"]))
+    run_bench(str(suite), store, TINY_KW, out_dir=tmp_path / "out")
+    assert len(store.evaluations(campaign_id=camp["id"])) == n  # nothing missing now: skipped
+    store.close()
+
+
 def test_write_atomic(tmp_path: Path) -> None:
     out = tmp_path / "sub" / "r.json"
     write_atomic(out, '{"a": 1}')
