@@ -784,6 +784,51 @@ def test_a_parent_judged_on_the_cpu_gets_no_tf32rn_child():
     assert "tf32rn" in offered(0)
 
 
+# library conv kernels the seeds ran on the H200 (KernelBench levels 1-2, kb-public-level12-budget4.db.gz), with the
+# child that matched the reference there (tf32rn for a TF32 kernel, tf32x3 for an fp32 one)
+_H200_CONVS = [
+    ("sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1", "tf32"),
+    ("sm90_xmma_dgrad_implicit_gemm_indexed_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize256x64x32", "tf32"),
+    ("void cutlass__5x_cudnn::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32_64x64_16x10_nhwc_align4>", "tf32"),
+    ("sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nchwkcrs_nchw_tilesize128x128x8_stage3", "fp32"),
+    ("void implicit_convolveNd_sgemm<float, 3, 1024, 5, 5, 3, 3, 3, 1, false, false, true>(int, int)", "fp32"),
+    ("void convolveNd_dgrad_float_engine<float, 3, 512, 6, 5, 3, 3, 3, false>(int, int, int)", "fp32"),
+    ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>(int, int, int, float const*)", "fp32"),
+]
+
+
+def test_the_library_conv_kernel_names_say_which_numerics_the_reference_has():
+    from kernellab.agents.builtin.planner import library_conv_numerics
+
+    for name, want in _H200_CONVS:
+        # beside the layout transposes and our own epilogue, which are no conv
+        assert library_conv_numerics([name, "void cudnn::engines_precompiled::nchwToNhwcKernel<float>", "g_relu"]) == want
+    assert library_conv_numerics(["g_relu", "void at::native::vectorized_elementwise_kernel<4>"]) is None
+    assert library_conv_numerics([_H200_CONVS[0][0], _H200_CONVS[3][0]]) is None  # two that disagree: unknown
+
+
+def test_the_seeds_cudnn_kernel_decides_the_conv_precision_children():
+    """On the GPU the eager reference runs the same cuDNN call as the seed, so the seed's conv kernel says what the
+    reference computed in: after a TF32 kernel only tf32rn can match it, after an fp32 one only tf32x3 and ieee
+    (on the H200 the other child was incorrect in 28 of 33 tries, correct only where the matching one was too). No
+    such kernel seen, or two that disagree (the Inductor seed's layout may get another algorithm): all of them."""
+    from kernellab.agents.builtin import BuiltinAgents
+
+    p = _conv_problem("Conv2d(16, 32, 3)", "        return torch.relu(self.conv(x))", (2, 16, 6, 6))
+    code = build(p)
+
+    def offered(kernels: list[str]) -> set:
+        row = {"id": "c1", "parent_id": None, "source": code.source, "meta": code.meta, "selected": True,
+               "best": {"status": "correct", "speedup_eager": 1.0, "interpreted": 0,
+                        "details": {"kernels": [{"name": n, "own": n.startswith("g_")} for n in kernels]}}}
+        props = BuiltinAgents().plan(p, [row], 50, {})
+        return {(q.action or {}).get("precision") for q in props if (q.action or {}).get("kind") == "precision"}
+
+    assert offered([_H200_CONVS[0][0], "g_relu"]) == {"tf32rn"}
+    assert offered([_H200_CONVS[3][0], "g_relu"]) == {"tf32x3", "ieee"}
+    assert offered(["g_relu"]) == {"tf32rn", "tf32x3", "ieee"}
+
+
 @pytest.mark.parametrize("layer, shape", [("Conv2d(8, 8, 3, groups=8)", (2, 8, 6, 6)),
                                           ("ConvTranspose2d(8, 8, 3, groups=8)", (2, 8, 5, 5))])
 def test_a_depthwise_conv_gets_one_precision_child(layer, shape):

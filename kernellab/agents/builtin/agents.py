@@ -41,7 +41,7 @@ from .actions import (
 from .build import Built, build, built
 from .inductor import ACTION as INDUCTOR_ACTION
 from .inductor import inductor_proposal, inductor_seed
-from .planner import applicable_actions
+from .planner import applicable_actions, library_conv_numerics
 
 __all__ = ["BuiltinAgents", "seed", "candidate_actions", "profile_reference"]
 
@@ -150,6 +150,7 @@ class BuiltinAgents:
         if own_conv:
             parents = sorted((r for r in tree if _ok(r) and _actions_of(r) is not None),
                              key=lambda r: -(_speed(r) or 0))[:1]
+        numerics = _conv_numerics(tree)
         scored: list[tuple[float, Proposal]] = []
         for row in parents:
             if not _ok(row):
@@ -163,7 +164,7 @@ class BuiltinAgents:
             device = "cpu" if (row.get("best") or {}).get("interpreted") else None
             b = built(problem, acts)
             convs = {g.id for g in b.groups if g.kind == "conv"}
-            for x in applicable_actions(problem, b, reference, device):
+            for x in applicable_actions(problem, b, reference, device, numerics if device is None else None):
                 key = repr(sorted(x.action.to_dict().items()))
                 if key in tried or (own_conv and not (x.action.kind == "precision" and x.group in convs)):
                     continue
@@ -421,3 +422,12 @@ def profile_reference(problem: Problem, device: str | None = None, small: bool |
     total = sum(ms for _, ms in rows) or 1.0
     ops = [{"name": k, "ms": round(ms, 4), "share": round(ms / total, 4)} for k, ms in sorted(rows, key=lambda r: -r[1])]
     return {"ops": ops, "eager_ms": round(total, 4), "device": device}
+
+
+def _conv_numerics(tree: list[dict]) -> str | None:
+    """What cuDNN's conv computed in for this problem on the GPU ("tf32"/"fp32"), read from the kernels of the
+    tree's evaluations that ran it (the seed's: cuDNN's conv and our epilogue; Inductor's), None when none did or
+    they disagree: the eager reference makes the same call, so it gets the same algorithm."""
+    names = [k.get("name") or "" for r in tree if _ok(r) and not (r.get("best") or {}).get("interpreted")
+             for k in ((r.get("best") or {}).get("details") or {}).get("kernels") or [] if not k.get("own")]
+    return library_conv_numerics(names)

@@ -18,7 +18,11 @@ where ``codegen.tf32x3_ok`` admits it; plain ``tf32`` only where ``codegen.allow
 at fp32 1e-4). An fp32 conv group is also offered ``tf32rn`` (the TF32 rounding of cuDNN's conv, the
 GPU reference's numerics); any Precision on a conv group pins our own conv where the seed's would
 follow a cuDNN TF32 reference with cuDNN itself. A depthwise conv group (the FMA path, exact fp32 at any
-precision) is offered ``ieee`` alone.
+precision) is offered ``ieee`` alone. Where an evaluation on the GPU showed which numerics cuDNN chose for the
+problem's one conv (:func:`library_conv_numerics`: the eager reference runs the same call, so the same algorithm),
+only the children that can match it are offered: ``tf32rn`` for a TF32 kernel, ``ieee``/``tf32x3`` for an fp32
+one (KernelBench levels 1-2 on the H200: the other child was incorrect in 28 of 33 tries, and correct only where
+the matching one was too).
 """
 
 from __future__ import annotations
@@ -233,12 +237,31 @@ def _gemm_actions(problem: Problem, b: Built, grp: Group) -> list[Action]:
     return out
 
 
-def _conv_precisions(problem: Problem, b: Built, grp: Group, device: str | None = None) -> list[Action]:
+# Library conv kernels by name (cuDNN's xmma and CUTLASS kernels, its older engines, PyTorch's depthwise), and the
+# marks of TF32 tensor-core math among them: "tf32" in xmma names (tf32f32_tf32f32, f32f32_tf32f32), CUTLASS's
+# s1688 (fp32 data on the m16n8k8 TF32 mma); an fp32 one (f32f32_f32f32, implicit_convolveNd_sgemm,
+# convolveNd_dgrad_float_engine, dgrad_engine<float>) has neither.
+_CONV_KERNEL_WORDS = ("fprop", "dgrad", "convolve", "conv_depthwise", "dgrad_engine")
+_TF32_WORDS = ("tf32", "s1688")
+
+
+def library_conv_numerics(kernel_names: list[str]) -> str | None:
+    """"tf32" or "fp32": the math of the library conv kernels among ``kernel_names`` (an evaluation's, on the GPU),
+    when they agree; None when none ran or they disagree."""
+    seen = {("tf32" if any(w in n.lower() for w in _TF32_WORDS) else "fp32") for n in kernel_names
+            if any(w in n.lower() for w in _CONV_KERNEL_WORDS)}
+    return seen.pop() if len(seen) == 1 else None
+
+
+def _conv_precisions(problem: Problem, b: Built, grp: Group, device: str | None = None,
+                     conv_numerics: str | None = None) -> list[Action]:
     """Our own conv at a pinned dot precision. The seed's fp32 conv follows a cuDNN TF32 reference at call
     time (on the GPU by default: cuDNN's conv + our epilogue, ``codegen.CONV_ON_TF32_REFERENCE``); these
     children run our conv there instead: ``tf32rn`` reproduces the TF32 reference's products, ``tf32x3``
     and ``ieee`` suit an exact fp32 reference (the CPU's, or TF32 turned off). Judged on the CPU (``device``
-    "cpu": the parent was judged in the interpreter) the reference conv is exact, and ``tf32rn`` would only spend a candidate."""
+    "cpu": the parent was judged in the interpreter) the reference conv is exact, and ``tf32rn`` would only spend a candidate.
+    ``conv_numerics`` ("tf32"/"fp32", :func:`library_conv_numerics` of an evaluation on the GPU; used where the
+    problem has this one conv): the reference's own, so only the children that can match it."""
     st = problem.settings()
     cnode = b.graph.node(grp.gemm)
     dtype = b.graph.node(cnode.args[0].name).dtype or "float32"
@@ -254,9 +277,12 @@ def _conv_precisions(problem: Problem, b: Built, grp: Group, device: str | None 
         # a depthwise conv takes the FMA path, exact fp32 at every precision: one child pins our conv (KernelBench's
         # 83 and 85 spent two of their four candidates on a tf32rn and a tf32x3 child that were the same conv)
         return [Precision(grp.id, "ieee")] if cur != "ieee" else []
-    allowed = ["ieee"] if device == "cpu" else ["tf32rn", "ieee"]
-    if tf32x3_ok(dtype, st["atol"], st["rtol"], int(k), reads_weight(b.graph, cnode)):
-        allowed.insert(1, "tf32x3")
+    if sum(g.kind == "conv" for g in b.groups) != 1:
+        conv_numerics = None  # which conv a kernel name belongs to is not known
+    allowed = ["ieee"] if device == "cpu" else ["tf32rn"] if conv_numerics == "tf32" else \
+        ["ieee"] if conv_numerics == "fp32" else ["tf32rn", "ieee"]
+    if "ieee" in allowed and tf32x3_ok(dtype, st["atol"], st["rtol"], int(k), reads_weight(b.graph, cnode)):
+        allowed.insert(allowed.index("ieee"), "tf32x3")
     if allow_tf32(dtype, st["atol"], st["rtol"]):
         allowed.append("tf32")
     return [Precision(grp.id, p) for p in allowed if p != cur]
@@ -302,7 +328,8 @@ def _pointwise_actions(b: Built, grp: Group) -> list[Action]:
     return out
 
 
-def _proposals(problem: Problem, b: Built, device: str | None = None) -> list[tuple[Action, str]]:
+def _proposals(problem: Problem, b: Built, device: str | None = None,
+               conv_numerics: str | None = None) -> list[tuple[Action, str]]:
     out: list[tuple[Action, str]] = []
     dims = {}
     for grp in b.groups:
@@ -317,7 +344,7 @@ def _proposals(problem: Problem, b: Built, device: str | None = None) -> list[tu
             out += [(a, grp.id) for a in _pointwise_actions(b, grp)]
         elif grp.kind == "conv":  # cuDNN for the conv itself (its epilogue then one pointwise kernel)
             out += [(LibraryGemm(grp.gemm), grp.id)] + ([(KeepRowOut(grp.id), grp.id)] if grp.row_reduction else [])
-            out += [(a, grp.id) for a in _conv_precisions(problem, b, grp, device)]
+            out += [(a, grp.id) for a in _conv_precisions(problem, b, grp, device, conv_numerics)]
     # fusion boundaries moved back: a split or a PyTorch fallback of an earlier action
     owner = {n: g.id for g in b.groups for n in g.nodes}
     for node in sorted(b.state.options.cuts | b.state.options.torch_nodes):
@@ -327,10 +354,11 @@ def _proposals(problem: Problem, b: Built, device: str | None = None) -> list[tu
 
 
 def applicable_actions(problem: Problem, candidate: Any = None, reference: dict | None = None,
-                       device: str | None = None) -> list[Applicable]:
+                       device: str | None = None, conv_numerics: str | None = None) -> list[Applicable]:
     """Every action that applies to ``candidate`` (a ``Built``, an action list, a ``Code`` or a tree row;
     None for the seed), best expected gain first. Each child is a different candidate: actions that
-    change nothing or return to an ancestor's state are left out."""
+    change nothing or return to an ancestor's state are left out. ``conv_numerics``: what the library's conv
+    computed in on the GPU (:func:`library_conv_numerics`), for the conv precisions offered."""
     b = _as_built(problem, candidate)
     state = State()
     seen = {_state_key(problem, b.graph, state)}
@@ -341,7 +369,7 @@ def applicable_actions(problem: Problem, candidate: Any = None, reference: dict 
     shares = group_shares(problem, b, reference)
     total = sum(before.values()) or 1.0
     out: list[Applicable] = []
-    for action, gid in _proposals(problem, b, device):
+    for action, gid in _proposals(problem, b, device, conv_numerics):
         child = action.apply(b.state)
         key = _state_key(problem, b.graph, child)
         if key in seen:
