@@ -39,6 +39,15 @@ class ModelNew(torch.nn.Module):
 WRONG = GOOD.replace("* 2.0 + 1.0", "* 2.0 + 1.5")
 
 
+def _affine_campaign(tmp_path: Path, name: str) -> tuple[Store, str, str]:
+    """A CPU campaign over the affine problem, its candidates and evaluations written by the test."""
+    store = Store(tmp_path / "k.db")
+    pid = store.add_problem(Problem(name="affine", source=AFFINE.read_text(), path=str(AFFINE)))
+    cid = store.create_campaign(name, {"problem_ids": [pid], "objective": "speedup_eager", "trials": 2,
+                                       "device": "cpu", "problems": [str(AFFINE)]}, "cpu", {})
+    return store, pid, cid
+
+
 def _timed(median: float, speedup: float | None = None, **kw) -> dict:
     """A correct evaluation's result dict as the sandbox writes it (GPU-like unless interpreted)."""
     r = {"status": "correct", "median_ms": median, "p20_ms": median * 0.9, "p80_ms": median * 1.1,
@@ -97,11 +106,7 @@ def test_a_winner_that_fails_its_recheck_is_out_and_the_next_is_retimed(tmp_path
     otherwise, so it is out of the selection and the next best is re-timed and reported."""
     from kernellab.sandbox import LocalExecutor
 
-    store = Store(tmp_path / "k.db")
-    problem = Problem(name="affine", source=AFFINE.read_text(), path=str(AFFINE))
-    pid = store.add_problem(problem)
-    cid = store.create_campaign("flaky", {"problem_ids": [pid], "objective": "speedup_eager", "trials": 2,
-                                          "device": "cpu", "problems": [str(AFFINE)]}, "cpu", {})
+    store, pid, cid = _affine_campaign(tmp_path, "flaky")
     wrong = store.add_candidate(cid, pid, WRONG, origin="seed")
     good = store.add_candidate(cid, pid, GOOD, origin="seed")
     store.add_evaluation(wrong, _timed(1.0), kind="full")
@@ -125,11 +130,7 @@ def test_a_winner_that_is_no_kernel_win_brings_the_best_kernel_win_along(tmp_pat
     from kernellab.campaign import retimes_missing
     from kernellab.sandbox import LocalExecutor
 
-    store = Store(tmp_path / "k.db")
-    problem = Problem(name="affine", source=AFFINE.read_text(), path=str(AFFINE))
-    pid = store.add_problem(problem)
-    cid = store.create_campaign("lib", {"problem_ids": [pid], "objective": "speedup_eager", "trials": 2,
-                                        "device": "cpu", "problems": [str(AFFINE)]}, "cpu", {})
+    store, pid, cid = _affine_campaign(tmp_path, "lib")
     lib = store.add_candidate(cid, pid, GOOD + "\n# the library's\n", origin="seed")
     own = store.add_candidate(cid, pid, GOOD, origin="seed")
     store.add_evaluation(lib, _timed(1.0, library_only=True), kind="full")
@@ -152,11 +153,7 @@ def test_a_winner_that_is_no_kernel_win_brings_the_best_kernel_win_along(tmp_pat
 def test_a_winner_that_is_a_kernel_win_is_retimed_once(tmp_path: Path) -> None:
     from kernellab.sandbox import LocalExecutor
 
-    store = Store(tmp_path / "k.db")
-    problem = Problem(name="affine", source=AFFINE.read_text(), path=str(AFFINE))
-    pid = store.add_problem(problem)
-    cid = store.create_campaign("own", {"problem_ids": [pid], "objective": "speedup_eager", "trials": 2,
-                                        "device": "cpu", "problems": [str(AFFINE)]}, "cpu", {})
+    store, pid, cid = _affine_campaign(tmp_path, "own")
     own = store.add_candidate(cid, pid, GOOD, origin="seed")
     store.add_evaluation(own, _timed(1.0), kind="full")
     with LocalExecutor(cpu_workers=1) as ex:
