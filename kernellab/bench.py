@@ -366,13 +366,15 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     ids = {cid for _, cid in todo if cid is not None}  # this call's campaigns: marked stopped on a stop
     pace.count_before(ids)
 
-    counter = {"done": skipped}
+    counter = {"done": skipped, "retimed": 0}
+    # finished before this call, run again for a missing re-timing alone: done here, but no problem of this call's pace
+    retime_only = {cid for _, cid in todo if cid is not None and (store.get_campaign(cid) or {}).get("status") == "done"}
 
     def write() -> dict:
         with lock:
             result = _result(suite, reader.all(), date=stamp.isoformat(timespec="seconds"), device=env.device_name(device),
                              cfg=cfg, chash=chash, allow_library=allow_library, shard=shard, dbs=[str(store.path)])
-            result["pace"] = pace.snapshot(counter["done"] - skipped, ids)
+            result["pace"] = pace.snapshot(counter["done"] - skipped - counter["retimed"], ids)
             _write(result, jpath, mpath)
             return result
 
@@ -390,6 +392,7 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
         _run_one(store, resume, progress.fork(prob.name) if progress is not None else None, guarded)
         with lock:  # before the page is written: its pace counts this problem
             counter["done"] += 1
+            counter["retimed"] += resume in retime_only
             n_done = counter["done"]
         result = write()
         verdict = _verdict(next(r for r in result["problems"] if r["problem_id"] == prob.id))

@@ -274,6 +274,8 @@ def test_a_finished_campaign_is_resumed_for_its_missing_retiming_alone(tmp_path:
     assert len(store.candidates(camp["id"])) == before and store.get_campaign(camp["id"])["status"] == "done"
     (row,) = result["problems"]
     assert row["correct"] and row["candidate_id"] == ours["candidate_id"]  # the kernel win is still the winner
+    # the call's pace: one re-timing evaluated, no problem finished by it
+    assert result["pace"]["problems_done"] == 0 and result["pace"]["evaluations"] == 1, result["pace"]
     n = len(store.evaluations(campaign_id=camp["id"]))
     run_bench(str(suite), store, TINY_KW, out_dir=tmp_path / "out")
     assert len(store.evaluations(campaign_id=camp["id"])) == n  # nothing missing now: skipped
