@@ -400,7 +400,10 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
             f"{f', {resumed} resumed' if resumed else ''}: {prob.name} {verdict}")
         say(pace_line(result["pace"]))
 
-    order = _Order(todo, _large_rule(executor, problems, device, config_kw.get("small")), cap=max(1, jobs // 4))
+    # the re-timings of finished problems first: short jobs, and a stop in the middle of one would show a finished
+    # problem as stopped until the next call
+    order = _Order(sorted(todo, key=lambda t: t[1] not in retime_only),
+                   _large_rule(executor, problems, device, config_kw.get("small")), cap=max(1, jobs // 4))
 
     def next_one() -> None:
         i, resume, large = order.take()
