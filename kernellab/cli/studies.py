@@ -52,11 +52,12 @@ def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None
     torch.compile, incremental (a rerun skips finished problems).
 
     SUITE is a name in experiments/suites/, a suite file, a folder or a glob. Writes
-    experiments/results/<date>-<device>-<name>.json and .md: per problem the best
-    speedup vs eager and torch.compile (p20-p80), evaluations and time to the best, the winning action
-    chain; fast_p and geometric means over the WHOLE suite (unfinished problems count as not correct);
-    failures by class; the environment. Incremental: a rerun with the same options into the same
-    database skips finished problems and resumes interrupted ones."""
+    experiments/results/<date>-<device>-<name>.json and .md: per problem the best kernel win (at least half
+    its GPU time in its own kernels) with its speedup vs eager and torch.compile (p20-p80), evaluations and
+    time to the best, the winning action chain; fast_p and geometric means over the WHOLE suite (unfinished
+    problems count as not correct); failures by class; the environment. Incremental: a rerun with the same
+    options into the same database skips finished problems (or only re-times their winners, where that is
+    missing) and resumes interrupted ones."""
     from pathlib import Path
 
     from kernellab import views
