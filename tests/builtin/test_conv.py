@@ -829,6 +829,29 @@ def test_the_seeds_cudnn_kernel_decides_the_conv_precision_children():
     assert offered(["g_relu"]) == {"tf32rn", "tf32x3", "ieee"}
 
 
+def test_a_mismatch_on_the_gpu_gets_the_precision_cudnns_kernel_had():
+    """The debugger's first fix for a conv mismatch judged on the GPU is tf32rn (cuDNN's TF32 rounding), unless the
+    plan saw cuDNN run an fp32 kernel for this conv: IEEE dots then."""
+    from kernellab.agents.builtin import BuiltinAgents, Precision
+
+    p = _conv_problem("Conv2d(16, 32, 3)", "        return torch.relu(self.conv(x))", (2, 16, 6, 6))
+    b, grp = _conv_group(p)
+    code = build(p)
+
+    def first_fix(kernel: str) -> Precision:
+        agents = BuiltinAgents()
+        seed = {"id": "c1", "parent_id": None, "source": code.source, "meta": code.meta, "selected": True,
+                "best": {"status": "correct", "speedup_eager": 1.0, "interpreted": 0,
+                         "details": {"kernels": [{"name": kernel, "own": False}]}}}
+        agents.plan(p, [seed], 4, {})
+        fix = agents.debug(p, {**seed, "best": {"status": "incorrect"}},
+                           {"status": "incorrect", "error_text": "max abs err 0.3", "interpreted": False})
+        return action_from_dict(fix.meta["actions"][-1])
+
+    assert first_fix(_H200_CONVS[3][0]) == Precision(grp.id, "ieee")
+    assert first_fix(_H200_CONVS[0][0]) == Precision(grp.id, "tf32rn")
+
+
 @pytest.mark.parametrize("layer, shape", [("Conv2d(8, 8, 3, groups=8)", (2, 8, 6, 6)),
                                           ("ConvTranspose2d(8, 8, 3, groups=8)", (2, 8, 5, 5))])
 def test_a_depthwise_conv_gets_one_precision_child(layer, shape):

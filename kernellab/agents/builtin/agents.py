@@ -98,6 +98,8 @@ class BuiltinAgents:
         self._seeds: dict[str, Future] = {}
         self._seeds_lock = threading.Lock()
         self._proposed: set[str] = set()  # problems whose Inductor seed was proposed (once: a failed one is not retried)
+        # problem id -> cuDNN's conv numerics as the last plan read them from the tree (_conv_numerics), for debug
+        self._numerics: dict[str, str | None] = {}
 
     def prefetch(self, problems: list[Problem]) -> None:
         """Start the Inductor seeds' torch.compile now (a child process each, see ``inductor.py``), so
@@ -150,7 +152,7 @@ class BuiltinAgents:
         if own_conv:
             parents = sorted((r for r in tree if _ok(r) and _actions_of(r) is not None),
                              key=lambda r: -(_speed(r) or 0))[:1]
-        numerics = _conv_numerics(tree)
+        numerics = self._numerics[problem.id] = _conv_numerics(tree)
         scored: list[tuple[float, Proposal]] = []
         for row in parents:
             if not _ok(row):
@@ -236,7 +238,8 @@ class BuiltinAgents:
         elif status == "incorrect":
             why = "mismatch: more precise arithmetic"
             # "interpreted" is False only for an evaluation that ran on CUDA
-            for cand in _precision_ladder(problem, b, on_gpu=evaluation.get("interpreted") is False):
+            on_gpu = evaluation.get("interpreted") is False
+            for cand in _precision_ladder(problem, b, on_gpu, self._numerics.get(problem.id) if on_gpu else None):
                 if cand.describe() not in done:
                     fix, why = cand, f"mismatch: {cand.describe()}"
                     break
@@ -362,17 +365,20 @@ def _smaller_tiles(b: Built, gid: str) -> Action | None:
     return SetConfig(gid, (("BLOCK", max(128, block // 2)),), "smaller tiles") if block > 128 else None
 
 
-def _precision_ladder(problem: Problem, b: Built, on_gpu: bool = False) -> list[Action]:
+def _precision_ladder(problem: Problem, b: Built, on_gpu: bool = False, conv_numerics: str | None = None) -> list[Action]:
     """The mismatch fixes in order. A conv group on the CPU gets IEEE dots (the CPU reference is exact
     fp32); on the GPU, where the fp32 reference conv is cuDNN in TF32, more accuracy moves away from it:
-    ``tf32rn`` (cuDNN's rounding of the operands) instead; cuDNN itself comes later either way."""
+    ``tf32rn`` (cuDNN's rounding of the operands) instead, unless cuDNN's kernel was seen to be an fp32 one
+    (``conv_numerics``, :func:`planner.library_conv_numerics`): IEEE dots then; cuDNN itself comes later either way."""
     out: list[Action] = []
     for g in b.groups:
         if g.kind == "gemm":
             dtype = b.graph.node(b.graph.node(g.gemm).args[0].name).dtype
             if dtype == "float32" and _precision(problem, b, g) in ("tf32", "tf32x3"):
                 out.append(Precision(g.id, "ieee"))
-    conv_fix = "tf32rn" if on_gpu else "ieee"
+    if sum(g.kind == "conv" for g in b.groups) != 1:
+        conv_numerics = None  # which conv the kernel was is not known
+    conv_fix = "tf32rn" if on_gpu and conv_numerics != "fp32" else "ieee"
     for g in b.groups:
         if g.kind == "conv" and b.state.variant(g.id).get("fp32_precision") != conv_fix \
                 and b.graph.node(b.graph.node(g.gemm).args[0].name).dtype == "float32":
