@@ -1,10 +1,10 @@
 """Our own TF32 conv's K loop, side by side: the builtin ``tf32rn`` child (our conv, operands rounded as cuDNN rounds
 them) as generated now (tap-major where a group has 16+ input channels, on channels-innermost copies of the input
 and the weight, the rounding by ``cvt.rna.tf32.f32``), the same on the NCHW tensors as given (``NHWC=0``: no copy,
-one float a load across the channels' planes), the same child with the flat K order (``TAP_MAJOR=0``: what the tap-major order alone is worth), and the child as
-the base commit generated it (the flat loop with its 2-D index arithmetic, the rounding by bit arithmetic, and the
-tiles it defaulted to, 128x64x32 on four warps, where the others start from 64x128x16 on two). Each a
-sandbox evaluation (correctness trials, then timing with eager beside it) in one run, in the order new, nchw, flat,
+one float a load across the channels' planes), the same child with the flat K order (``TAP_MAJOR=0``: what the
+tap-major order alone is worth), and the child as the base commit generated it (the flat loop with its 2-D index
+arithmetic, the rounding by bit arithmetic, and the tiles it defaulted to, 128x64x32 on four warps, where the others
+start from 64x128x16 on two). Each a sandbox evaluation (correctness trials, then timing with eager beside it) in one run, in the order new, nchw, flat,
 base, base, flat, nchw, new, so that drift weighs on every side alike; cuDNN's seed once, the time to beat.
 ``--sides`` picks others (new first), ``w4`` among them: four warps, where the default's two run ``mma.sync`` and
 Hopper's ``wgmma`` needs a warpgroup of four.

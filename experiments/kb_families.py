@@ -255,7 +255,7 @@ def read(stores: list[Any], suite: str, config_hash: str | None = None, allow_li
     """The suite's problems scored from ``stores`` (one database, or one per shard) as ``kernellab bench``
     scores them (``bench._Rows``: per problem the campaign that counts, ``problem_row``/``pending_row``), each
     with its family and, without a correct own-kernel winner, its ``miss``."""
-    from kernellab.bench import _Rows, suite_paths
+    from kernellab.bench import _Rows, bench_campaigns, suite_paths
     from kernellab.problem import ProblemError, load_problem
 
     hashes = bench_hashes(stores)
@@ -281,6 +281,7 @@ def read(stores: list[Any], suite: str, config_hash: str | None = None, allow_li
         raise FamiliesError(f"{exc}{hint}") from None
     reader = _Rows(stores, problems, paths, config_hash, objective, allow_library)
     rows = reader.all()
+    index = [bench_campaigns(s, config_hash) for s in stores]  # once, not a scan of the campaigns per problem
     in_suite = {p.id for p in problems}
     outside = sorted({(s.get_problem(pid) or {}).get("name") or pid for s, c in camps
                       for pid in c["config"].get("problem_ids") or [] if pid not in in_suite})
@@ -288,11 +289,11 @@ def read(stores: list[Any], suite: str, config_hash: str | None = None, allow_li
         row["family"] = family(prob.name, prob.source)
         row["any_correct"] = bool(row.get("finished", True) and (row["correct"] or row.get("not_counted")))
         if not (row.get("finished", True) and row["correct"]):
-            found = reader.campaigns(prob.id)
+            found = reader.campaigns(prob.id, index)
             k, camp = found[-1] if found else (0, None)
             row["miss"] = miss(stores[k], camp, row, objective)
         elif not allow_library:
-            k, camp = reader.campaigns(prob.id)[-1]
+            k, camp = reader.campaigns(prob.id, index)[-1]
             if (ahead := library_ahead(stores[k], camp, row, objective)) is not None:
                 row["library_ahead"] = ahead
     return {"db": [str(s.path) for s in stores], "suite": suite, "config_hash": config_hash, "objective": objective,

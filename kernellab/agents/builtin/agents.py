@@ -41,7 +41,7 @@ from .actions import (
 from .build import Built, build, built
 from .inductor import ACTION as INDUCTOR_ACTION
 from .inductor import inductor_proposal, inductor_seed
-from .planner import applicable_actions, library_conv_numerics
+from .planner import applicable_actions, library_conv_numerics, numerics_of_the_conv
 
 __all__ = ["BuiltinAgents", "seed", "candidate_actions", "profile_reference"]
 
@@ -376,9 +376,7 @@ def _precision_ladder(problem: Problem, b: Built, on_gpu: bool = False, conv_num
             dtype = b.graph.node(b.graph.node(g.gemm).args[0].name).dtype
             if dtype == "float32" and _precision(problem, b, g) in ("tf32", "tf32x3"):
                 out.append(Precision(g.id, "ieee"))
-    if sum(g.kind == "conv" for g in b.groups) != 1:
-        conv_numerics = None  # which conv the kernel was is not known
-    conv_fix = "tf32rn" if on_gpu and conv_numerics != "fp32" else "ieee"
+    conv_fix = "tf32rn" if on_gpu and numerics_of_the_conv(b, conv_numerics) != "fp32" else "ieee"
     for g in b.groups:
         if g.kind == "conv" and b.state.variant(g.id).get("fp32_precision") != conv_fix \
                 and b.graph.node(b.graph.node(g.gemm).args[0].name).dtype == "float32":

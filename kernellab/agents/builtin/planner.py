@@ -253,6 +253,11 @@ def library_conv_numerics(kernel_names: list[str]) -> str | None:
     return seen.pop() if len(seen) == 1 else None
 
 
+def numerics_of_the_conv(b: Built, conv_numerics: str | None) -> str | None:
+    """``conv_numerics`` where ``b`` has one conv group (the kernel names then belong to it), else None."""
+    return conv_numerics if sum(g.kind == "conv" for g in b.groups) == 1 else None
+
+
 def _conv_precisions(problem: Problem, b: Built, grp: Group, device: str | None = None,
                      conv_numerics: str | None = None) -> list[Action]:
     """Our own conv at a pinned dot precision. The seed's fp32 conv follows a cuDNN TF32 reference at call
@@ -277,8 +282,7 @@ def _conv_precisions(problem: Problem, b: Built, grp: Group, device: str | None 
         # a depthwise conv takes the FMA path, exact fp32 at every precision: one child pins our conv (KernelBench's
         # 83 and 85 spent two of their four candidates on a tf32rn and a tf32x3 child that were the same conv)
         return [Precision(grp.id, "ieee")] if cur != "ieee" else []
-    if sum(g.kind == "conv" for g in b.groups) != 1:
-        conv_numerics = None  # which conv a kernel name belongs to is not known
+    conv_numerics = numerics_of_the_conv(b, conv_numerics)
     allowed = ["ieee"] if device == "cpu" else ["tf32rn"] if conv_numerics == "tf32" else \
         ["ieee"] if conv_numerics == "fp32" else ["tf32rn", "ieee"]
     if "ieee" in allowed and tf32x3_ok(dtype, st["atol"], st["rtol"], int(k), reads_weight(b.graph, cnode)):
