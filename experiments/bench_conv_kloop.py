@@ -4,8 +4,9 @@ and the weight, the rounding by ``cvt.rna.tf32.f32``), the same on the NCHW tens
 one float a load across the channels' planes), the same child with the flat K order (``TAP_MAJOR=0``: what the
 tap-major order alone is worth), and the child as the base commit generated it (the flat loop with its 2-D index
 arithmetic, the rounding by bit arithmetic, and the tiles it defaulted to, 128x64x32 on four warps, where the others
-start from 64x128x16 on two). Each a sandbox evaluation (correctness trials, then timing with eager beside it) in one run, in the order new, nchw, flat,
-base, base, flat, nchw, new, so that drift weighs on every side alike; cuDNN's seed once, the time to beat.
+start from 64x128x16 on two). Each a sandbox evaluation (correctness trials, then timing with eager beside it) in
+one run, in the order new, nchw, flat, base, base, flat, nchw, new, so that drift weighs on every side alike;
+cuDNN's seed once, the time to beat.
 ``--sides`` picks others (new first), ``w4`` among them: four warps, where the default's two run ``mma.sync`` and
 Hopper's ``wgmma`` needs a warpgroup of four.
 
