@@ -174,7 +174,7 @@ def _one_line(text: str | None, n: int = 140) -> str:
 def miss(store: Any, camp: dict | None, row: dict, objective: str) -> dict:
     """Why a problem has no correct own-kernel winner: ``kind`` (not_finished, no_evaluation, no_correct,
     retime_failed, library_only, low_share) and a one-line ``reason``, read from its campaign's evaluations."""
-    from kernellab.vocab import KERNEL_WIN_SHARE, Kind, Status, is_winner_retime
+    from kernellab.vocab import KERNEL_WIN_SHARE, Kind, Status, failed_winner_retime
 
     if not row.get("finished", True):
         text = f"not finished ({row.get('state') or 'unfinished'})"
@@ -204,7 +204,7 @@ def miss(store: Any, camp: dict | None, row: dict, objective: str) -> dict:
         return {"kind": "no_evaluation", "reason": "finished without evaluating a candidate"}
     if any(e["status"] == Status.CORRECT for e in full):  # correct, but the store's best left them out
         bad = [e for e in store.evaluations(campaign_id=camp["id"], kind=Kind.RETIME)
-               if is_winner_retime(e) and e["status"] != Status.CORRECT]
+               if failed_winner_retime(e)]
         last = bad[-1] if bad else {}
         return {"kind": "retime_failed",
                 "reason": "correct evaluations, but the winner's fresh-job re-timing failed"

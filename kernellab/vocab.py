@@ -32,7 +32,8 @@ from enum import Enum
 from typing import Any
 
 __all__ = ["SEED", "Status", "STATUSES", "FAILED", "Kind", "KINDS", "JUDGED", "WINNER_RETIME",
-           "is_winner_retime", "is_judged", "OBJECTIVES", "DEFAULT_OBJECTIVE", "check_objective", "best_key",
+           "is_winner_retime", "harness_oom", "failed_winner_retime", "is_judged", "OBJECTIVES", "DEFAULT_OBJECTIVE",
+           "check_objective", "best_key",
            "best_evaluation", "canonical_json", "SpaceError", "ConfigError", "SEP", "read_space",
            "space_from_source", "is_nested", "flatten_space", "unflatten", "apply_config", "small_for",
            "VERSION_KEYS", "KERNEL_WIN_SHARE", "share_wins", "counts_as_kernel_win", "LLM_STOPS", "RESUMABLE_STOPS",
@@ -87,6 +88,22 @@ def is_winner_retime(evaluation: dict) -> bool:
     return evaluation.get("kind") == Kind.RETIME and bool((evaluation.get("details") or {}).get(WINNER_RETIME))
 
 
+def harness_oom(evaluation: dict) -> bool:
+    """An out-of-memory of ours, not the candidate's: its job kept reference outputs of the sandbox's own on the
+    device (``details.memory.refs_on_device_bytes``). The sandbox retries such a job without them
+    (``sandbox._gpu.retry_admission``); before it did, two of KernelBench's winners (34_InstanceNorm,
+    35_GroupNorm_, torch.compile's code) failed their re-timing so beside 45 GB of them on the H200."""
+    mem = (evaluation.get("details") or {}).get("memory") or {}
+    return evaluation.get("error_class") in ("oom", "infra:oom") and int(mem.get("refs_on_device_bytes") or 0) > 0
+
+
+def failed_winner_retime(evaluation: dict) -> bool:
+    """A winner's re-timing that failed, through the candidate (:func:`harness_oom` excepted): its (candidate,
+    config) is out of the selection."""
+    return (is_winner_retime(evaluation) and evaluation.get("status") != Status.CORRECT
+            and not harness_oom(evaluation))
+
+
 def is_judged(evaluation: dict) -> bool:
     """A row that can make its candidate's score: ``full`` or ``retime``, but not a winner's re-timing,
     which checks the selection (``store.reported_best`` reports it): scoring it too would let a
@@ -122,11 +139,11 @@ def best_evaluation(evaluations: Iterable[dict], objective: str = DEFAULT_OBJECT
                     library: bool = True, kernel: bool = False) -> dict | None:
     """The selection among one problem's evaluation rows (in the order they were written), the rule of
     ``store.best``: correct and judged, not library-only unless ``library``, only kernel wins
-    (:func:`counts_as_kernel_win`) where ``kernel``, and no (candidate, config) whose winner re-timing failed;
+    (:func:`counts_as_kernel_win`) where ``kernel``, and no (candidate, config) whose winner re-timing failed
+    (:func:`failed_winner_retime`);
     the first under :func:`best_key`."""
     rows = list(evaluations)
-    failed = {(e["candidate_id"], _config_text(e)) for e in rows
-              if is_winner_retime(e) and e.get("status") != Status.CORRECT}
+    failed = {(e["candidate_id"], _config_text(e)) for e in rows if failed_winner_retime(e)}
     eligible = [e for e in rows if e.get("status") == Status.CORRECT and is_judged(e)
                 and (library or not e.get("library_only")) and (not kernel or counts_as_kernel_win(e))
                 and (e["candidate_id"], _config_text(e)) not in failed]

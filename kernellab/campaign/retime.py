@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from kernellab import _interrupt, env
 from kernellab.campaign.config import CampaignConfig, CampaignError, _problems_of
 from kernellab.problem import Problem
-from kernellab.vocab import DEFAULT_OBJECTIVE, Kind, Status
+from kernellab.vocab import DEFAULT_OBJECTIVE, Kind, Status, harness_oom
 
 if TYPE_CHECKING:
     pass
@@ -27,7 +27,8 @@ def retimes_missing(store: Any, camp: dict, attempts: int = 3) -> list[str]:
     from kernellab.store import is_winner_retime
 
     objective = (camp.get("config") or {}).get("objective") or DEFAULT_OBJECTIVE
-    retimes = [e for e in store.evaluations(campaign_id=camp["id"], kind=Kind.RETIME) if is_winner_retime(e)]
+    retimes = [e for e in store.evaluations(campaign_id=camp["id"], kind=Kind.RETIME)
+               if is_winner_retime(e) and not harness_oom(e)]
     out = []
     for pid in (camp.get("config") or {}).get("problem_ids") or []:
         sels = [rows[0] for rule in (WINNER, KERNEL_WIN) if (rows := store.best(camp["id"], pid, objective, **rule))]
@@ -115,8 +116,9 @@ def _retime_pass(store: Any, camp: dict, config: CampaignConfig, problems: dict[
                 out.pop(pid, None)  # the pass before re-timed it (a failed try of this pass stays out too)
                 del tries[pid]
                 continue
-            earlier = [e for e in store.evaluations(candidate_id=sel["candidate_id"], kind=Kind.RETIME)
-                       if is_winner_retime(e) and e["config_json"] == sel["config_json"]]
+            every = [e for e in store.evaluations(candidate_id=sel["candidate_id"], kind=Kind.RETIME)
+                     if is_winner_retime(e) and e["config_json"] == sel["config_json"]]
+            earlier = [e for e in every if not harness_oom(e)]  # one that ran out beside our outputs: again
             if earlier and not (force and tries[pid] == 0):
                 out[pid] = {"problem": name, "candidate_id": sel["candidate_id"], "evaluation_id": earlier[-1]["id"],
                             "outcome": "re-timed before", "config_json": sel["config_json"]}
@@ -129,7 +131,7 @@ def _retime_pass(store: Any, camp: dict, config: CampaignConfig, problems: dict[
             cand = store.get_candidate(sel["candidate_id"])
             job = sandbox.EvalJob(problems[pid], cand["source"], config=sel.get("config") or None, small=config.small,
                                   device=device, trials=config.trials, store=store, retime=True)
-            jobs[pid] = (sel, len(earlier), executor.submit(job))
+            jobs[pid] = (sel, len(every), executor.submit(job))
         for pid, (sel, n, fut) in jobs.items():
             tries[pid] += 1
             try:

@@ -178,10 +178,12 @@ class _Admission:
     def _attempts(self, worker: _Worker, job: EvalJob, kind: str, gpu: str | None) -> tuple[dict, _Worker | None]:
         """Admit, run, and retry after an infrastructure failure or, on a GPU, after the candidate ran
         out of the memory it was granted while sharing the device (:func:`_gpu.retry_admission`: first
-        with twice the grant, still sharing; alone after that)."""
+        with twice the grant, still sharing; alone after that), or beside reference outputs the job kept on
+        the device (then alone, keeping none there)."""
         place = gpu if kind == "cuda" else "cpu"
         key = (job.problem.id, bool(job.small))
         alone, forced_reason, retry_need = False, None, None
+        keep_none = False  # after an OOM beside reference outputs kept on the device: keep none there
         earlier: list[dict] = []
         while True:
             budget = self._budgets.get(place)
@@ -206,6 +208,8 @@ class _Admission:
                     with self._lock:
                         floor_ = grant if earlier else self._oom_needs.get(key)
                     side = self._side_floor(job.problem, bool(job.small), bool(job.retime)) if budget is not None else None
+                    if keep_none and grant is not None:
+                        side = grant  # the job's own side may take the whole grant: no output fits beside it
                     result, keep = self._run(worker, job, gpu, grant, held=held if budget is not None else None,
                                              regrant_floor=floor_, side=side)
                 finally:
@@ -239,10 +243,12 @@ class _Admission:
                                                 for e in earlier]
                 result["details"]["gpu_s"] = result["details"].get("gpu_s", 0.0) + sum(e["gpu_s"] or 0.0 for e in earlier)
             cls = result.get("error_class") or ""
+            refs_kept = int(((result.get("details") or {}).get("memory") or {}).get("refs_on_device_bytes") or 0)
             plan = retry_admission(cls, is_infra(result), kind, got_alone, grant,
-                                   budget.budget if budget is not None else 0, len(earlier) + 1)
+                                   budget.budget if budget is not None else 0, len(earlier) + 1, refs_kept)
             if plan is None:
                 return result, worker
+            keep_none = keep_none or (cls in OOM_CLASSES and refs_kept > 0)
             alone, retry_need, forced_reason = plan
             if cls in OOM_CLASSES and retry_need is not None:
                 # later jobs of this problem start with the grant that is being tried now

@@ -395,8 +395,11 @@ class SQLiteStore(BaseStore):
         # one and among themselves the fastest first; ties keep the earlier row.
         # A winner's re-timing is a check of the selection, not a candidate for it (it would make the
         # selection depend on which candidates happened to be re-timed); a (candidate, config) that
-        # failed its re-timing is out.
+        # failed its re-timing is out (vocab.failed_winner_retime).
         winner = f"(w.kind = '{Kind.RETIME.value}' and json_extract(w.details_json, '$.{WINNER_RETIME}') is not null)"
+        # vocab.harness_oom: an out-of-memory beside the sandbox's own reference outputs is not the candidate's
+        ours = ("(w.error_class in ('oom', 'infra:oom') "
+                "and coalesce(json_extract(w.details_json, '$.memory.refs_on_device_bytes'), 0) > 0)")
         judged = ", ".join(f"'{k}'" for k in JUDGED)
         sql = f"""
             select e.*, c.problem_id, c.action, c.depth, c.origin, c.parent_id, c.language,
@@ -407,7 +410,8 @@ class SQLiteStore(BaseStore):
             where c.campaign_id = ? and e.status = '{Status.CORRECT.value}' and e.kind in ({judged})
               and not (e.kind = '{Kind.RETIME.value}' and json_extract(e.details_json, '$.{WINNER_RETIME}') is not null)
               and not exists (select 1 from evaluations w where w.candidate_id = e.candidate_id
-                              and w.config_json = e.config_json and {winner} and w.status != '{Status.CORRECT.value}')
+                              and w.config_json = e.config_json and {winner} and w.status != '{Status.CORRECT.value}'
+                              and not {ours})
               {"" if library else "and not e.library_only"}
               {"" if not kernel else f"and not e.library_only and (e.interpreted or e.own_kernel_share >= {KERNEL_WIN_SHARE!r})"}
               {"and c.problem_id = ?" if problem_id else ""}"""

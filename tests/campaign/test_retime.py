@@ -124,6 +124,47 @@ def test_a_winner_that_fails_its_recheck_is_out_and_the_next_is_retimed(tmp_path
     store.close()
 
 
+def test_a_winner_that_ran_out_beside_our_reference_outputs_stays_and_is_retimed_again(tmp_path: Path) -> None:
+    """A winner's re-timing that ran out of memory while its job kept the sandbox's own reference outputs on the
+    device (the H200 rows of 34_InstanceNorm and 35_GroupNorm_, written before the sandbox retried such jobs) says
+    nothing about the candidate: it stays in the selection, is re-timed again under a fresh evaluation id, and
+    counts as neither a re-timing nor a failed one. The same failure with none of ours there puts it out."""
+    from kernellab.campaign import retimes_missing
+    from kernellab.sandbox import LocalExecutor
+    from kernellab.vocab import best_evaluation
+
+    store, pid, cid = _affine_campaign(tmp_path, "ours")
+    good = store.add_candidate(cid, pid, GOOD, origin="seed")
+    other = store.add_candidate(cid, pid, GOOD + "\n# slower\n", origin="seed")
+    good_full = store.add_evaluation(good, _timed(1.0), kind="full")
+    store.add_evaluation(other, _timed(2.0), kind="full")
+    oom = {"status": "runtime_error", "error_class": "oom", "config": {}, "id": store.evaluation_id(good, {}, "retime:winner:0"),
+           "details": {WINNER_RETIME: {"selected": good_full}, "memory": {"refs_on_device_bytes": 45 * 10**9}}}
+    store.add_evaluation(good, oom, kind="retime")
+    assert store.best(cid)[0]["candidate_id"] == good
+    assert best_evaluation(store.evaluations(campaign_id=cid))["candidate_id"] == good  # the vocabulary agrees
+    assert retimes_missing(store, store.get_campaign(cid)) == [pid]
+    with LocalExecutor(cpu_workers=1) as ex:
+        outcomes = retime_winners(store, cid, executor=ex)
+    assert [(o["candidate_id"], o["outcome"]) for o in outcomes] == [(good, "re-timed")]
+    assert outcomes[0]["evaluation_id"] != oom["id"]
+    assert store.reported_best(cid)[0]["retimed"] and retimes_missing(store, store.get_campaign(cid)) == []
+
+    # the candidate's own out-of-memory (no outputs of ours on the device) is its verdict: out
+    (tmp_path / "own").mkdir()
+    store2, pid2, cid2 = _affine_campaign(tmp_path / "own", "own")
+    good2 = store2.add_candidate(cid2, pid2, GOOD, origin="seed")
+    other2 = store2.add_candidate(cid2, pid2, GOOD + "\n# slower\n", origin="seed")
+    full2 = store2.add_evaluation(good2, _timed(1.0), kind="full")
+    store2.add_evaluation(other2, _timed(2.0), kind="full")
+    store2.add_evaluation(good2, {**oom, "id": "own-oom", "details": {WINNER_RETIME: {"selected": full2}, "memory": {}}},
+                          kind="retime")
+    assert store2.best(cid2)[0]["candidate_id"] == other2
+    assert best_evaluation(store2.evaluations(campaign_id=cid2))["candidate_id"] == other2
+    store.close()
+    store2.close()
+
+
 def test_a_winner_that_is_no_kernel_win_brings_the_best_kernel_win_along(tmp_path: Path) -> None:
     """The fastest candidate is library-only (what a user is given); a benchmark counts the best kernel win, so
     that one is re-timed too, and a finished campaign that lacks it says so (``retimes_missing``)."""

@@ -602,6 +602,12 @@ def test_retry_after_a_shared_out_of_memory_doubles_the_grant_and_keeps_sharing(
     assert retry_admission("infra:too_big", True, "cuda", False, GB, budget, 1) is None
     # on the CPU a candidate's MemoryError is its own address-space limit, never retried
     assert retry_admission("oom", False, "cpu", False, GB, budget, 1) is None
+    # alone, but beside reference outputs the job kept on the device (45 GB of them when KernelBench's
+    # InstanceNorm winner ran out on the H200): that memory was ours, so once more alone (keeping none)
+    for cls, infra in (("oom", False), ("infra:oom", True)):
+        assert retry_admission(cls, infra, "cuda", True, budget, budget, 3, refs_on_device=45 * GB) == (
+            True, None, f"retry after {cls} beside reference outputs kept on the device")
+    assert retry_admission("runtime", False, "cuda", True, budget, budget, 3, refs_on_device=45 * GB) is None
 
 
 def test_pool_retries_a_shared_out_of_memory_sharing_with_twice_the_grant_and_learns_it():

@@ -81,6 +81,9 @@ def _random_rows(store, rng: random.Random, cands: list[str]) -> None:
                   "id": f"e{n:03d}"}
         if kind == Kind.RETIME and rng.random() < 0.3:  # a winner's re-timing, passed or failed
             result["details"] = {WINNER_RETIME: {"selected": "x"}}
+            if status != Status.CORRECT and rng.random() < 0.5:  # out of memory: the candidate's, or ours
+                result["error_class"] = rng.choice(["oom", "infra:oom"])
+                result["details"]["memory"] = {"refs_on_device_bytes": rng.choice([0, 7 * 10**9])}
         store.add_evaluation(cand, result, kind=kind)
 
 
