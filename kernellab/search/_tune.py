@@ -22,7 +22,7 @@ import random
 import threading
 import time
 import weakref
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import FIRST_COMPLETED, Future, as_completed, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -301,16 +301,30 @@ def _retime_best(study: Any, config: dict, seen: dict, runner: _Runner, *, candi
     the best correct one under ``best_key(objective)``)."""
     ranked = sorted((v, n) for s, v, n in seen.values() if s == "COMPLETE" and v is not None)
     configs = [{**config, **study.trials[n].params} for _, n in ranked[:retime_top]]
-    futures = [runner.submit(c, False) for c in configs]
-    retimes = [_result_of(f, unflatten(c, nested)) for f, c in zip(futures, configs, strict=True)]
-    for r in retimes:
-        store.add_evaluation(candidate_id, r, kind=Kind.RETIME)
+    retimes: list[dict | None] = [_retimed_before(study, store, c) for c in configs]
+    futures = {runner.submit(c, False): i for i, c in enumerate(configs) if retimes[i] is None}
+    # each saved as it ends (and named on the study), so a tuning stopped here re-times only what was in flight
+    for fut in as_completed(futures):
+        i = futures[fut]
+        r = retimes[i] = _result_of(fut, unflatten(configs[i], nested))
+        eid = store.add_evaluation(candidate_id, r, kind=Kind.RETIME)
+        study.set_user_attr(_RETIMED + canonical_json(configs[i]), eid)
+    retimes = [r for r in retimes if r is not None]
     retimed = [{"config": r["config"], "status": r["status"], "median_ms": r.get("median_ms")} for r in retimes]
     best = best_retime(retimes, objective)
     if best is not None:
         study.set_user_attr("best_config", best["config"])
         study.set_user_attr("best_ms", best["median_ms"])
     return retimed, best
+
+
+_RETIMED = "retimed:"  # a study's user attribute: the evaluation that re-timed the configuration after it
+
+
+def _retimed_before(study: Any, store: Any, config: dict) -> dict | None:
+    """The re-timing an earlier run of this tuning saved for ``config`` (a tuning resumed after a stop), or None."""
+    eid = study.user_attrs.get(_RETIMED + canonical_json(config))
+    return store.get_evaluation(eid) if eid else None
 
 
 def best_retime(retimes: list[dict], objective: str = DEFAULT_OBJECTIVE) -> dict | None:

@@ -131,15 +131,59 @@ def test_tune_on_the_interpreter(tmp_path, executor, where) -> None:
     node = Tree(store, t.cid, pid)[cid]
     assert node.surrogate and node.best["kind"] == "retime"
 
-    # tuning again resumes the study: nothing is evaluated twice
+    # tuning again resumes the study: nothing is evaluated twice, the re-timings included
     again = tune(problem, store.get_candidate(cid), store=store, executor=executor, n_trials=10, seed=0,
                  device="cpu", trials=2)
     assert again["evaluated"] == 0 and len(store.evaluations(candidate_id=cid, kind="trial")) == 6
+    assert len(store.evaluations(candidate_id=cid, kind="retime")) == 2
+    assert again["best_config"] == out["best_config"] and again["best_ms"] == out["best_ms"]
     store.close()
     if where == "file":  # the store still opens a file that holds Optuna's tables
         Store(tmp_path / "k.db").close()
         names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
         assert names == [study_name(cid)]
+
+
+def test_a_tuning_stopped_in_its_retiming_keeps_what_was_retimed(tmp_path) -> None:
+    """The stop (a bench's time limit, a signal) during the top configurations' re-timing: the ones that ended
+    are saved and named on the study, and the resumed tuning re-times only the rest. On the H200 a stopped
+    34_InstanceNorm tuning ran its three 77-96 GB re-timing jobs again in the next call (about 4 minutes)."""
+    from kernellab import Problem, _interrupt
+    from kernellab.sandbox import LocalExecutor
+
+    class StopAfterFirstRetime:
+        """The real store; the stop given once the first re-timing is saved (what the signal would do then)."""
+
+        def __init__(self, store, guard) -> None:
+            self.store, self.guard = store, guard
+
+        def add_evaluation(self, candidate_id, result, kind="full"):
+            eid = self.store.add_evaluation(candidate_id, result, kind=kind)
+            if kind == "retime":
+                self.guard.stop()
+            return eid
+
+        def __getattr__(self, name):
+            return getattr(self.store, name)
+
+    store = Store(tmp_path / "k.db")
+    t = Synth(store)
+    problem = Problem(name="affine", source=PROBLEM, path="affine.py")
+    pid = store.add_problem(problem)
+    cid = store.add_candidate(t.cid, pid, CANDIDATE, origin="seed", space={"BLOCK": [32, 48, 64], "EPS": [0.0, 0.5]})
+    guard = _interrupt.Guarded(LocalExecutor(cpu_workers=1))
+    with pytest.raises(_interrupt.Stopped):
+        tune(problem, store.get_candidate(cid), store=StopAfterFirstRetime(store, guard), executor=guard, n_trials=6,
+             seed=0, device="cpu", trials=2)
+    first = store.evaluations(candidate_id=cid, kind="retime")
+    assert len(first) == 1 and first[0]["status"] == "correct"
+    with LocalExecutor(cpu_workers=1) as ex:
+        out = tune(problem, store.get_candidate(cid), store=store, executor=ex, n_trials=6, seed=0, device="cpu",
+                   trials=2)
+    retimes = store.evaluations(candidate_id=cid, kind="retime")
+    assert sorted(r["config"]["BLOCK"] for r in retimes) == [32, 64] and retimes[0]["id"] == first[0]["id"]
+    assert out["evaluated"] == 0 and len(out["retimed"]) == 2 and out["best_config"] is not None
+    store.close()
 
 
 def test_no_trial_starts_after_the_deadline(executor) -> None:
