@@ -159,6 +159,8 @@ def run_job(w: Any, job: JobSpec) -> tuple[dict, bool]:
                 mem["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(w.device)
             except BaseException:
                 restart = True
+            if w.refs_on_device:  # the reference's own outputs held beside whatever ran out (_gpu.retry_admission)
+                mem.setdefault("refs_on_device_bytes", w.refs_on_device)
         if "watch" in state:
             state["watch"].close()
         w.counter.armed = False

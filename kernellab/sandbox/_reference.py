@@ -254,6 +254,7 @@ def _reference(w: Any, job: JobSpec, state: dict, d: dict) -> None:
             nbytes = sum(t_.numel() * t_.element_size() for t_ in outs)
             if on_device is not None and on_device.take(nbytes):
                 ref_prints = None  # this job's alone: the cache holds outputs on the host only
+                w.refs_on_device = on_device.bytes  # so far: an out-of-memory before the end says they were there
                 return _owned(outs, list(inst.model.parameters()) + list(inst.model.buffers())), prints
             held += nbytes
             if ref_prints is not None and held <= cap:
