@@ -3,6 +3,10 @@ behind where the sandbox keeps reference outputs (issue 31: at KernelBench's lev
 ``reference.parts_s.to_host`` was 22-25 s of a 28-32 s reference).
 
     python experiments/bench_host_copies.py [--gb 6.4] [--out FILE.json]
+    THP_MEM_ALLOC_ENABLE=1 python experiments/bench_host_copies.py ...   # torch's CPU allocator on huge pages
+
+The environment's ``THP_MEM_ALLOC_ENABLE`` (read by torch when it loads: run once without, once with, for the
+side by side) and the host's transparent-huge-page setting are recorded with the numbers.
 
 Each way is timed on one tensor of ``--gb`` gigabytes (float32), the device synchronised around it:
 ``pageable`` (``.to("cpu")``, as the sandbox copies today: fresh host pages), ``pinned_alloc`` and
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -38,6 +43,15 @@ def _back(h: torch.Tensor, dev: torch.device, chunk: int) -> None:
         h[lo:lo + chunk].to(dev)
 
 
+def _host_thp() -> str | None:
+    """The kernel's transparent-huge-page mode (the bracketed word of its setting), None where unreadable."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    return text[text.find("[") + 1:text.find("]")] if "[" in text else text.strip()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gb", type=float, default=6.4)
@@ -54,7 +68,8 @@ def main() -> int:
     x = torch.randn(n, device=dev)
     gb = n * 4 / 1e9
     r: dict = {"gb": round(gb, 3), "device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
-               "host_empty_cache_api": hasattr(torch._C, "_host_emptyCache")}
+               "host_empty_cache_api": hasattr(torch._C, "_host_emptyCache"),
+               "thp_mem_alloc_enable": os.environ.get("THP_MEM_ALLOC_ENABLE"), "host_thp": _host_thp()}
     s, h = _timed(lambda: x.to("cpu"), dev)
     r["pageable_s"] = s
     s, _ = _timed(lambda: _back(h, dev, _CHUNK), dev)
