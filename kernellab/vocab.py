@@ -32,7 +32,7 @@ from enum import Enum
 from typing import Any
 
 __all__ = ["SEED", "Status", "STATUSES", "FAILED", "Kind", "KINDS", "JUDGED", "WINNER_RETIME",
-           "is_winner_retime", "harness_oom", "failed_winner_retime", "is_judged", "OBJECTIVES", "DEFAULT_OBJECTIVE",
+           "is_winner_retime", "OOM_CLASSES", "harness_oom", "failed_winner_retime", "is_judged", "OBJECTIVES", "DEFAULT_OBJECTIVE",
            "check_objective", "best_key",
            "best_evaluation", "canonical_json", "SpaceError", "ConfigError", "SEP", "read_space",
            "space_from_source", "is_nested", "flatten_space", "unflatten", "apply_config", "small_for",
@@ -88,13 +88,17 @@ def is_winner_retime(evaluation: dict) -> bool:
     return evaluation.get("kind") == Kind.RETIME and bool((evaluation.get("details") or {}).get(WINNER_RETIME))
 
 
+# the out-of-memory error classes: the candidate's (``oom``) and our machinery's (``infra:oom``)
+OOM_CLASSES = ("oom", "infra:oom")
+
+
 def harness_oom(evaluation: dict) -> bool:
     """An out-of-memory of ours, not the candidate's: its job kept reference outputs of the sandbox's own on the
     device (``details.memory.refs_on_device_bytes``). The sandbox retries such a job without them
     (``sandbox._gpu.retry_admission``); before it did, two of KernelBench's winners (34_InstanceNorm,
     35_GroupNorm_, torch.compile's code) failed their re-timing so beside 45 GB of them on the H200."""
     mem = (evaluation.get("details") or {}).get("memory") or {}
-    return evaluation.get("error_class") in ("oom", "infra:oom") and int(mem.get("refs_on_device_bytes") or 0) > 0
+    return evaluation.get("error_class") in OOM_CLASSES and int(mem.get("refs_on_device_bytes") or 0) > 0
 
 
 def failed_winner_retime(evaluation: dict) -> bool:

@@ -35,6 +35,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from kernellab.vocab import OOM_CLASSES
+
 GIB = 1 << 30
 # A write phase of the RWLock: writers that wait when one releases go next, one at a time, until the phase
 # has lasted this long; then the readers that waited have their turn. Each switch from readers to a writer
@@ -336,9 +338,8 @@ def retry_admission(error_class: str, infra: bool, kind: str, alone: bool, grant
     return None
 
 
-# infrastructure failures worth another attempt, and the out-of-memory classes (see retry_admission)
+# infrastructure failures worth another attempt (see retry_admission)
 RETRIED = ("infra:oom", "sandbox")
-OOM_CLASSES = ("oom", "infra:oom")
 
 
 def measured_need(reference_peak: int, compile_timed: bool = False) -> int:

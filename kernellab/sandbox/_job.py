@@ -72,8 +72,6 @@ def run_job(w: Any, job: JobSpec) -> tuple[dict, bool]:
         d["instance"] = instance_sizes(job.problem, job.small)
         if w.device_kind == "cuda":
             mem["reference_peak_bytes"] = torch.cuda.max_memory_allocated(w.device)
-            if w.refs_on_device:
-                mem["refs_on_device_bytes"] = w.refs_on_device
             w.send(Msg.PEAK, w.need_peak())  # the jobs waiting for this problem's probe go now
         if job.need_baseline and w.device_kind == "cuda" and job.timing:
             w.phase(Phase.BASELINE)
@@ -159,8 +157,8 @@ def run_job(w: Any, job: JobSpec) -> tuple[dict, bool]:
                 mem["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(w.device)
             except BaseException:
                 restart = True
-            if w.refs_on_device:  # the reference's own outputs held beside whatever ran out (_gpu.retry_admission)
-                mem.setdefault("refs_on_device_bytes", w.refs_on_device)
+            if w.refs_on_device:  # on every path: one that ran out beside them is retried (_gpu.retry_admission)
+                mem["refs_on_device_bytes"] = w.refs_on_device
         if "watch" in state:
             state["watch"].close()
         w.counter.armed = False

@@ -330,7 +330,6 @@ def _reference(w: Any, job: JobSpec, state: dict, d: dict) -> None:
         raise _ProblemFault(msg) from exc
     info.update(reused=entry is not None, s=round(time.perf_counter() - t_ref, 3),
                 parts_s={k: round(v, 3) for k, v in parts.items()})
-    w.refs_on_device = on_device.bytes if on_device is not None else 0
     if w.refs_on_device:  # what the job's peak holds once, not twice (Worker.need_peak)
         info.update(on_device_bytes=on_device.bytes, on_device_lists=on_device.lists)
     state.update(ref_mod=mod, ref_model=inst.model, init=inst.init_inputs, dtype=inst.dtype, null=nulls,

@@ -18,6 +18,7 @@ from kernellab.vocab import (
     KERNEL_WIN_SHARE,
     KINDS,
     OBJECTIVES,
+    OOM_CLASSES,
     STATUSES,
     WINNER_RETIME,
     Kind,
@@ -398,7 +399,8 @@ class SQLiteStore(BaseStore):
         # failed its re-timing is out (vocab.failed_winner_retime).
         winner = f"(w.kind = '{Kind.RETIME.value}' and json_extract(w.details_json, '$.{WINNER_RETIME}') is not null)"
         # vocab.harness_oom: an out-of-memory beside the sandbox's own reference outputs is not the candidate's
-        ours = ("(w.error_class in ('oom', 'infra:oom') "
+        ooms = ", ".join(f"'{k}'" for k in OOM_CLASSES)
+        ours = (f"(w.error_class in ({ooms}) "
                 "and coalesce(json_extract(w.details_json, '$.memory.refs_on_device_bytes'), 0) > 0)")
         judged = ", ".join(f"'{k}'" for k in JUDGED)
         sql = f"""
