@@ -21,8 +21,7 @@ _ALLOW = re.compile(
     r"CONDA_PREFIX|LD_LIBRARY_PATH|LIBRARY_PATH|CPATH|CC|CXX|CUDA_[A-Z_]+|CUDA_HOME|CUDA_PATH|NVIDIA_[A-Z_]+|"
     r"NVCC_[A-Z_]+|TRITON_[A-Z_]+|TORCH_[A-Z_]+|TORCHINDUCTOR_[A-Z_]+|PYTORCH_[A-Z_]+|CUPY_[A-Z_]+|"
     r"OMP_NUM_THREADS|MKL_[A-Z_]+|OPENBLAS_[A-Z_]+|KMP_[A-Z_]+|NUMEXPR_[A-Z_]+|KERNELLAB_[A-Z_]+|"
-    # torch's CPU allocator on transparent huge pages: the reference outputs' copies to fresh host pages ran at
-    # 1.7 GB/s (experiments/bench_host_copies.py), page faults their likely cost; passed on where it is set
+    # torch's CPU allocator on transparent huge pages: on by default (worker_env), "0" where set turns it off
     r"THP_MEM_ALLOC_ENABLE)$")
 # Never passed on, even when the allow-list matches (e.g. a hypothetical TRITON_TOKEN).
 _DENY = re.compile(
@@ -43,6 +42,9 @@ def worker_env(home: str, device_env: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if _ALLOW.match(k) and not is_secret(k)}
     env.setdefault("TRITON_CACHE_DIR", str(real_home / ".triton" / "cache"))
     env.setdefault("CUPY_CACHE_DIR", str(real_home / ".cupy" / "kernel_cache"))
+    # The reference outputs' copies to fresh host pages are most of a large job's reference; huge pages cut
+    # their page faults: 2.56x on a 7.5 GB copy (experiments/results/2026-12-05-nvidia-h100-host-copies-thp-s31.md).
+    env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(os.environ.get("TMPDIR", "/tmp"))
                                                   / f"torchinductor_{os.environ.get('USER', 'kernellab')}"))
     # The worker imports kernellab the way we did: our sys.path first.

@@ -102,10 +102,12 @@ def test_worker_env_is_an_allow_list(monkeypatch, tmp_path):
     monkeypatch.setenv("SOME_RANDOM_SETTING", "x")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-123")
     monkeypatch.setenv("TRITON_TOKEN", "t")  # allowed prefix, secret name: dropped
-    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "1")  # a knob of torch's CPU allocator: passed on
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")  # a knob of torch's CPU allocator: the user's value kept
     env = worker_env(str(tmp_path), {"KERNELLAB_SANDBOX_DEVICE": "cpu"})
     assert "SOME_RANDOM_SETTING" not in env and "OPENAI_API_KEY" not in env and "TRITON_TOKEN" not in env
-    assert env["THP_MEM_ALLOC_ENABLE"] == "1"
+    assert env["THP_MEM_ALLOC_ENABLE"] == "0"
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE")
+    assert worker_env(str(tmp_path), {})["THP_MEM_ALLOC_ENABLE"] == "1"  # huge pages unless turned off
     assert env["HOME"] == env["TMPDIR"] == str(tmp_path)
     assert env["KERNELLAB_SANDBOX_DEVICE"] == "cpu" and "PATH" in env
 
