@@ -348,6 +348,12 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     if unknown:
         raise BenchError(f"--rerun {unknown[0]}: not a problem of {suite}")
     todo, skipped, resumed, again = _plan(reader, problems, mine, frozenset(ids_of[x] for x in rerun))
+    here = env.device_name(device)
+    others = sorted({c["device"] for p in problems for _, c in reader.campaigns(p.id)
+                     if not env.timings_compare(c["device"], here)})
+    if others and todo:  # the suite's scores and each campaign's winner compare timings of one device
+        raise BenchError(f"{store.path} holds this configuration's results from {', '.join(others)} and this host's "
+                         f"device is {here}: bench into another database, or on that device")
     if todo:  # options, policy and LLM backend checked once, before anything is written
         check_campaign(CampaignConfig(problems=[str(paths[todo[0][0]])], **config_kw), store=store)
     say(f"bench {suite}: {len(problems)} problems, {len(mine)} in this shard"

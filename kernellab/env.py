@@ -31,6 +31,12 @@ def device_name(device: str | None = None) -> str:
     return f"cpu ({platform.processor() or platform.machine()}, Triton interpreter)"
 
 
+def timings_compare(recorded: str | None, here: str) -> bool:
+    """Whether results recorded on the device named ``recorded`` may be compared with new ones on ``here``
+    (both as :func:`device_name` gives them): the same GPU model, or two CPUs (interpreted runs claim no speed)."""
+    return not recorded or recorded == here or (recorded.startswith("cpu") and here.startswith("cpu"))
+
+
 @functools.cache
 def git_commit() -> str | None:
     # a copy without .git (e.g. the working tree sent to a GPU host) names its commit in the environment

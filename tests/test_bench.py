@@ -282,6 +282,45 @@ def test_a_finished_campaign_is_resumed_for_its_missing_retiming_alone(tmp_path:
     store.close()
 
 
+@pytest.mark.parametrize("recorded,here,ok", [
+    ("NVIDIA H200", "NVIDIA H200", True), ("NVIDIA H200", "NVIDIA H100 80GB HBM3", False),
+    ("NVIDIA H200", "cpu (x86_64, Triton interpreter)", False), ("cpu (, Triton interpreter)", "cpu (x86_64, Triton interpreter)", True),
+    (None, "NVIDIA H200", True)])
+def test_timings_compare_on_one_gpu_model(recorded, here, ok) -> None:
+    from kernellab.env import timings_compare
+
+    assert timings_compare(recorded, here) is ok
+
+
+def test_a_suite_database_from_another_device_is_not_resumed_here(tmp_path: Path) -> None:
+    """A session that got an H100 where the suite's database holds H200 results must not resume its campaigns
+    (each picks its winner over medians of both) nor add to it; a page of what is finished is still written."""
+    import sqlite3
+
+    from kernellab.bench import BenchError
+    from kernellab.campaign import CampaignError, resume_campaign
+
+    suite = tmp_path / "one.txt"
+    suite.write_text(TINY[0] + "\n")
+    db = tmp_path / "b.db"
+    store = Store(db)
+    run_bench(str(suite), store, TINY_KW, out_dir=tmp_path / "out")
+    (camp,) = store.list_campaigns()
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE campaigns SET device = 'NVIDIA H200'")
+    n = len(store.evaluations(campaign_id=camp["id"]))
+    result, _, _ = run_bench(str(suite), store, TINY_KW, out_dir=tmp_path / "out")  # nothing to run: the page
+    assert result["devices_of_results"] == ["NVIDIA H200"]
+    store.update_campaign(camp["id"], status="stopped")
+    with pytest.raises(BenchError, match="NVIDIA H200 and this host's device is cpu"):
+        run_bench(str(suite), store, TINY_KW, out_dir=tmp_path / "out")
+    with pytest.raises(CampaignError, match="ran on NVIDIA H200"):
+        resume_campaign(store, camp["id"])
+    assert len(store.evaluations(campaign_id=camp["id"])) == n and len(store.list_campaigns()) == 1
+    assert store.get_campaign(camp["id"])["status"] == "stopped"
+    store.close()
+
+
 def test_write_atomic(tmp_path: Path) -> None:
     out = tmp_path / "sub" / "r.json"
     write_atomic(out, '{"a": 1}')

@@ -125,6 +125,11 @@ def run_campaign(store: Any, campaign_id: str, progress: Any = None, executor: A
     camp = store.get_campaign(campaign_id)
     if camp is None:
         raise CampaignError(f"no campaign {campaign_id!r}")
+    # its winner is picked by comparing the medians of all its evaluations: they must come from one device
+    here = env.device_name((camp.get("config") or {}).get("device") or env.default_device())
+    if not env.timings_compare(camp.get("device"), here):
+        raise CampaignError(f"campaign {camp['name']} ran on {camp['device']} and this host's device is {here}: "
+                            "their timings would not compare; resume it on that device")
     with campaign_lock(store, camp["id"], camp["name"]):
         return _run_locked(store, camp, progress, executor, agents)
 
