@@ -562,7 +562,8 @@ def _main(args: argparse.Namespace) -> int:
                                           "config_hash": args.config_hash, "jobs": args.jobs},
               "wall_s": wall,
               "environment": {"date": stamp.isoformat(timespec="seconds"), "device": device, "versions": env.versions(),
-                              "kernelbench": str(kb), "kernelbench_commit": _kb_commit(kb)},
+                              "kernelbench": str(kb), "kernelbench_commit": _kb_commit(kb),
+                              "thp_mem_alloc_enable": os.environ.get("THP_MEM_ALLOC_ENABLE")},
               "agreement": counts,
               "problems": [{k: v for k, v in r.items() if k not in ("reference", "source")} for r in rows]}
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")[:24]
@@ -579,4 +580,7 @@ def _main(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    # the children's KernelBench inputs are drawn into fresh host pages (6.4 GB a tensor at level 1); with torch's
+    # allocator on huge pages a copy into such pages ran 2.56x faster (2026-12-05-nvidia-h100-host-copies-thp-s31.md)
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     sys.exit(main())
