@@ -247,18 +247,24 @@ def test_the_winner_is_the_best_kernel_win_and_its_missing_retiming_resumes_the_
     assert row["retimed"] and row["candidate_id"] == own and row["speedup_eager"] == 0.8
 
 
-def test_a_finished_campaign_is_resumed_for_its_missing_retiming_alone(tmp_path: Path) -> None:
-    """End to end on the CPU: a finished bench campaign whose winner (here a library-only candidate, written after
-    it finished, as the older rule left such winners) was never re-timed is run again by the next bench call for
-    that re-timing alone (no new candidate, one re-timing job through the real sandbox); the call after skips it."""
-    from kernellab.store import WINNER_RETIME
-
+def _one_problem_benched(tmp_path: Path) -> tuple[Path, Path, Store, dict]:
+    """A one-problem suite benched on the CPU: (suite file, database, its store, the campaign)."""
     suite = tmp_path / "one.txt"
     suite.write_text(TINY[0] + "\n")
     db = tmp_path / "b.db"
     store = Store(db)
     run_bench(str(suite), store, TINY_KW, out_dir=tmp_path / "out")
     (camp,) = store.list_campaigns()
+    return suite, db, store, camp
+
+
+def test_a_finished_campaign_is_resumed_for_its_missing_retiming_alone(tmp_path: Path) -> None:
+    """End to end on the CPU: a finished bench campaign whose winner (here a library-only candidate, written after
+    it finished, as the older rule left such winners) was never re-timed is run again by the next bench call for
+    that re-timing alone (no new candidate, one re-timing job through the real sandbox); the call after skips it."""
+    from kernellab.store import WINNER_RETIME
+
+    suite, db, store, camp = _one_problem_benched(tmp_path)
     pid = camp["config"]["problem_ids"][0]
     ours = store.best(camp["id"], pid, kernel=True)[0]
     # torch's own softmax as a candidate: library-only, and (as recorded) the fastest
@@ -300,12 +306,7 @@ def test_a_suite_database_from_another_device_is_not_resumed_here(tmp_path: Path
     from kernellab.bench import BenchError
     from kernellab.campaign import CampaignError, resume_campaign
 
-    suite = tmp_path / "one.txt"
-    suite.write_text(TINY[0] + "\n")
-    db = tmp_path / "b.db"
-    store = Store(db)
-    run_bench(str(suite), store, TINY_KW, out_dir=tmp_path / "out")
-    (camp,) = store.list_campaigns()
+    suite, db, store, camp = _one_problem_benched(tmp_path)
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE campaigns SET device = 'NVIDIA H200'")
     n = len(store.evaluations(campaign_id=camp["id"]))
