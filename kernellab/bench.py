@@ -337,7 +337,8 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     chash = config_hash(cfg)
     stamp = _dt.datetime.now(_dt.timezone.utc)
     device = config_kw.get("device") or env.default_device()
-    stem = _stem(stamp, env.device_name(device), name or Path(suite).stem, shard)
+    here = env.device_name(device)
+    stem = _stem(stamp, here, name or Path(suite).stem, shard)
     jpath, mpath = Path(out_dir) / f"{stem}.json", Path(out_dir) / f"{stem}.md"
     reader = _Rows([store], problems, paths, chash, cfg["objective"], allow_library)
     lock = threading.Lock()
@@ -348,13 +349,14 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     if unknown:
         raise BenchError(f"--rerun {unknown[0]}: not a problem of {suite}")
     todo, skipped, resumed, again = _plan(reader, problems, mine, frozenset(ids_of[x] for x in rerun))
-    here = env.device_name(device)
-    others = sorted({c["device"] for p in problems for _, c in reader.campaigns(p.id)
-                     if not env.timings_compare(c["device"], here)})
-    if others and todo:  # the suite's scores and each campaign's winner compare timings of one device
-        raise BenchError(f"{store.path} holds this configuration's results from {', '.join(others)} and this host's "
-                         f"device is {here}: bench into another database, or on that device")
     if todo:  # options, policy and LLM backend checked once, before anything is written
+        # the suite's scores and each campaign's winner compare timings of one device
+        index = bench_campaigns(store, chash)
+        others = sorted({c["device"] for p in problems for c in index.get(p.id, [])
+                         if not env.timings_compare(c["device"], here)})
+        if others:
+            raise BenchError(f"{store.path} holds this configuration's results from {', '.join(others)} and this "
+                             f"host's device is {here}: bench into another database, or on that device")
         check_campaign(CampaignConfig(problems=[str(paths[todo[0][0]])], **config_kw), store=store)
     say(f"bench {suite}: {len(problems)} problems, {len(mine)} in this shard"
         f"{f' ({shard[0]}/{shard[1]})' if shard else ''}; {skipped} skipped as finished, {resumed} to resume, "
@@ -378,7 +380,7 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
 
     def write() -> dict:
         with lock:
-            result = _result(suite, reader.all(), date=stamp.isoformat(timespec="seconds"), device=env.device_name(device),
+            result = _result(suite, reader.all(), date=stamp.isoformat(timespec="seconds"), device=here,
                              cfg=cfg, chash=chash, allow_library=allow_library, shard=shard, dbs=[str(store.path)])
             result["pace"] = pace.snapshot(counter["done"] - skipped - counter["retimed"], ids)
             _write(result, jpath, mpath)
