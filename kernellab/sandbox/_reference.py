@@ -35,7 +35,7 @@ from ._check import (
     transform,
     trial_atol,
 )
-from ._gpu import FP_CHUNK
+from ._gpu import FP_CHUNK, GIB
 from ._protocol import JobSpec, Msg
 from ._result import (
     is_oom,
@@ -132,6 +132,44 @@ def keeps_on_device(working_peak: int, kept: int, nbytes: int, grant: int, compi
     from ._gpu import measured_need
 
     return nbytes >= KEEP_ON_DEVICE_BYTES and max(measured_need(working_peak, compile_timed), side) + kept + nbytes <= grant
+
+
+# The host memory a job leaves free when it keeps reference outputs there (KERNELLAB_SANDBOX_HOST_FLOOR_BYTES, else
+# :func:`host_floor`). A job that cannot is an ``infra:oom`` (retried with a larger grant, then alone: fewer keeps
+# beside it) rather than a host out of memory, which takes the whole machine and every campaign's unsaved work.
+HOST_FLOOR_ENV = "KERNELLAB_SANDBOX_HOST_FLOOR_BYTES"
+
+
+def host_memory(meminfo: str = "/proc/meminfo") -> tuple[int, int] | None:
+    """(available, total) bytes of the host's memory as the kernel counts them, None where it does not say."""
+    try:
+        with open(meminfo) as f:
+            kb = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in f) if v.strip()}
+        return kb["MemAvailable"] * 1024, kb["MemTotal"] * 1024
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+
+
+def host_floor(total: int) -> int:
+    """What the host keeps free by default: a sixteenth of its memory, at least 4 GiB or an eighth (8 GiB of
+    128, 3 GiB of 24)."""
+    env = os.environ.get(HOST_FLOOR_ENV)
+    return int(float(env)) if env else max(total // 16, min(4 * GIB, total // 8))
+
+
+def host_short(nbytes: int, meminfo: str = "/proc/meminfo") -> str | None:
+    """Why ``nbytes`` more of reference outputs do not fit on the host beside its floor (0: whether the host is
+    above it at all), None when they do or the host's memory is unknown."""
+    mem = host_memory(meminfo)
+    if mem is None:
+        return None
+    avail, total = mem
+    floor = host_floor(total)
+    if avail - nbytes >= floor:
+        return None
+    return (f"host memory: keeping {nbytes / GIB:.2f} GiB more of reference outputs leaves "
+            f"{max(0, avail - nbytes) / GIB:.2f} GiB of the host's {total / GIB:.1f} GiB free, under its "
+            f"{floor / GIB:.2f} GiB floor ({HOST_FLOOR_ENV})")
 
 
 class _OnDevice:
@@ -256,6 +294,13 @@ def _reference(w: Any, job: JobSpec, state: dict, d: dict) -> None:
                 ref_prints = None  # this job's alone: the cache holds outputs on the host only
                 w.refs_on_device = on_device.bytes  # so far: an out-of-memory before the end says they were there
                 return _owned(outs, list(inst.model.parameters()) + list(inst.model.buffers())), prints
+            more = nbytes if dev.type == "cuda" else 0  # on the CPU they are on the host already
+            short = host_short(more)
+            if short and cache.nbytes:  # this worker's cached outputs of other problems go first
+                cache.clear()
+                short = host_short(more)
+            if short:
+                raise _InfraFault("oom", f"{problem.label}: {short}")
             held += nbytes
             if ref_prints is not None and held <= cap:
                 ref_prints.append(prints)
@@ -378,6 +423,9 @@ class _References:
 
     def drop(self, key: str) -> None:
         self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        self._entries.clear()
 
     def put(self, key: str, refs: list, final_ref: list | None, input_prints: list, ref_prints: list,
             cap: int, nulls: list | None = None) -> _Cached | None:

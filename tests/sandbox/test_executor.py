@@ -433,6 +433,43 @@ def test_reference_out_of_memory_is_infra_retried_once_never_the_verdict(sandbox
     assert r["details"]["retried_after"]["error_class"] == "infra:oom"
 
 
+def test_reference_outputs_the_host_has_no_room_for_are_an_infra_oom_not_a_host_out_of_memory(monkeypatch):
+    # A host out of memory takes the whole machine; a job that would leave less than the host's floor free by
+    # keeping its reference outputs there fails as ours (infra:oom), retried alone, never kept anyway. Here
+    # the floor (read by the worker, from its environment) is more memory than any host has.
+    monkeypatch.setenv("KERNELLAB_SANDBOX_HOST_FLOOR_BYTES", str(1 << 60))
+    p = _tiny("host_floor")
+    ex = LocalExecutor(cpu_workers=1, gpu_bytes=estimate_bytes(p, small=True) * 8)  # the admission's rules apply
+    try:
+        r = evaluate(p, RELU, trials=2, timing=False, executor=ex)
+    finally:
+        ex.shutdown()
+    assert (r["status"], r["error_class"]) == ("crash", "infra:oom"), (r["status"], r["error_text"])
+    assert "host memory: keeping" in r["error_text"] and "KERNELLAB_SANDBOX_HOST_FLOOR_BYTES" in r["error_text"]
+    assert r["details"]["retried_after"]["error_class"] == "infra:oom"
+    assert r["details"]["memory"]["alone"] is True and len(r["details"]["retries"]) == 2
+
+
+def test_host_room_reads_the_kernels_count_and_keeps_a_sixteenth_free(tmp_path, monkeypatch):
+    from kernellab.sandbox._reference import host_memory, host_short
+
+    monkeypatch.delenv("KERNELLAB_SANDBOX_HOST_FLOOR_BYTES", raising=False)
+    info = tmp_path / "meminfo"
+    gib_kb = 1 << 20
+    info.write_text(f"MemTotal:       {128 * gib_kb} kB\nMemFree:        {5 * gib_kb} kB\n"
+                    f"MemAvailable:   {40 * gib_kb} kB\n")
+    assert host_memory(str(info)) == (40 << 30, 128 << 30)
+    assert host_short(32 << 30, str(info)) is None  # 8 GiB left: the floor of a 128 GiB host
+    short = host_short((32 << 30) + 1, str(info))
+    assert short and "of the host's 128.0 GiB free, under its 8.00 GiB floor" in short
+    info.write_text(f"MemTotal: {48 * gib_kb} kB\nMemAvailable: {10 * gib_kb} kB\n")
+    assert host_short(6 << 30, str(info)) is None and host_short((6 << 30) + 1, str(info))  # at least 4 GiB
+    info.write_text(f"MemTotal: {16 * gib_kb} kB\nMemAvailable: {3 * gib_kb} kB\n")
+    assert host_short(1 << 30, str(info)) is None and host_short((1 << 30) + 1, str(info))  # or an eighth
+    info.write_text("MemTotal: 1 kB\n")  # an old kernel without MemAvailable: unknown, not refused
+    assert host_memory(str(info)) is None and host_short(1 << 50, str(info)) is None
+
+
 def test_candidate_out_of_memory_stays_the_candidates(sandbox_executor):
     p = _tiny("cand_oom")
     r = evaluate(p, (ADV / "oom_cpu.py").read_text(), trials=1, timing=False, executor=sandbox_executor)
