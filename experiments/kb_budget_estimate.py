@@ -17,13 +17,25 @@ import argparse
 import datetime as dt
 import glob
 import json
+import os
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 GROWS = ("full", "trial", "profile")
+
+
+def commit() -> str | None:
+    if os.environ.get("KERNELLAB_COMMIT"):
+        return os.environ["KERNELLAB_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def per_campaign(db: str, config_hash: str | None) -> tuple[int, dict[str, float], int | None]:
@@ -70,7 +82,7 @@ def estimate(args: argparse.Namespace) -> dict:
     now = sum(kinds.values())
     grows = sum(v for k, v in kinds.items() if k in GROWS)
     low, high = now + grows * (factor - 1), now * factor
-    out = {"date": dt.date.today().isoformat(), "db": Path(args.db).name, "finished_campaigns": n,
+    out = {"date": dt.date.today().isoformat(), "commit": commit(), "db": Path(args.db).name, "finished_campaigns": n,
            "base_budget": budget, "budget": args.budget, "problems": args.problems,
            "evaluations_per_campaign": {k: round(v, 2) for k, v in sorted(kinds.items())}, "pace": p}
     for tag, per in (("low", low), ("high", high)):
@@ -92,7 +104,7 @@ def page(r: dict) -> str:
         f"From `{r['db']}` ({r['finished_campaigns']} finished campaigns at budget {r['base_budget']}) and "
         f"{len(p['pages'])} bench call pages on {p['device']} ({p['evaluations']} evaluations in {p['wall_s']} s "
         f"of bench: {p['evaluations_per_s'] * 3600:.0f} an hour). Not a measurement: "
-        f"`experiments/kb_budget_estimate.py`.", "",
+        f"`experiments/kb_budget_estimate.py` at {r['commit'] or 'an unknown commit'}.", "",
         f"Evaluations a finished campaign made, by kind: {kinds}.", "",
         "| | evaluations a problem | bench s for the suite | calls | sessions |",
         "|---|---|---|---|---|",
