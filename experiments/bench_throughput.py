@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python experiments/bench_throughput.py [--kernelbench DIR] [--base b1be0da] [--sides base,new]
         [--budget 4] [--jobs 4] [--base-jobs N] [--side-limit-s 1800] [--problems N | --only 23_Softmax,76_Gemm_Add_ReLU]
-        [--max-ref-gb 16] [--small] [--out experiments/results] [--list]
+        [--max-ref-gb 16] [--host-floor-gb G] [--small] [--out experiments/results] [--list]
 
 The suite is fixed by a rule (``select_suite``): KernelBench's public level 1 and level 2 files are put in
 families by their names (GEMM+epilogue, conv+epilogue, transposed conv, reductions/norms, pointwise,
@@ -14,7 +14,10 @@ Each side is one subprocess ``python -m kernellab.cli bench SUITE --budget B --j
 --out-dir <dir>`` with ``PYTHONPATH`` putting that side's tree first: the change is this tree, the base a
 ``git worktree add`` of ``--base`` in a temporary folder (removed at the end). The sides run one after
 the other, never together (they share the GPU), each with fresh compile caches, and each is stopped with
-SIGINT after ``--side-limit-s`` (SIGKILL 15 s later); its pace counts the problems it finished. While a
+SIGINT after ``--side-limit-s`` (SIGKILL to its process tree 15 s later); its pace counts the problems it
+finished. A side is killed the same way when the host's available memory falls under ``--host-floor-gb``
+(``HostWatch``; by default half the sandbox's floor): a host out of memory stops answering and the run's
+pages are lost with it; the page says the side stopped so and how little the host had. While a
 side runs, NVML is sampled every 0.5 s (``kernellab._busy.BusySampler``; nothing is said of the GPU
 without NVML). ``--problems N`` / ``--only`` pick a subset for the side by side; ``--sides new`` runs the
 change alone (the full suite, by default).
@@ -33,6 +36,7 @@ Exit 0 when every side ran to its end or its limit, 1 when a side failed (its be
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import gzip
 import json
@@ -227,6 +231,94 @@ class StackDumper(threading.Thread):
                 f.flush()
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, by the parent links in /proc (``[pid]`` without /proc): the sandbox's
+    workers start their own sessions, so the bench's process group does not hold them."""
+    try:
+        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return [pid]
+    children: dict[int, list[int]] = {}
+    for name in entries:
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        children.setdefault(ppid, []).append(int(name))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo += children.get(p, [])
+    return tree
+
+
+def kill_tree(pid: int) -> list[int]:
+    """SIGKILL ``pid`` and every descendant; returns the pids signalled. They are stopped first, until a scan
+    finds no new one: a stopped process cannot start another, and one orphaned before it is found would be
+    out of reach (its parent link then points at init), holding the GPU or the host's memory for the next side."""
+    seen: list[int] = []
+    while True:
+        new = [p for p in process_tree(pid) if p not in seen]
+        if not new:
+            break
+        for p in new:
+            seen.append(p)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGSTOP)
+    for p in seen:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, signal.SIGKILL)
+    return seen
+
+
+def default_host_floor(total: int) -> int:
+    """Half the sandbox's own floor (``host_floor``): the sandbox keeps a side's reference outputs above its
+    floor and fails the job first; this is the last line, for a side whose code has no such floor (a base)."""
+    from kernellab.sandbox._reference import host_floor
+
+    return host_floor(total) // 2
+
+
+class HostWatch(threading.Thread):
+    """The host's available memory (``/proc/meminfo``) every ``every`` seconds while a side runs; below
+    ``floor`` bytes it kills the side's process tree (``kill_tree``) and says why in ``fired``. A host out of
+    memory stops answering and the whole call is lost with every side's page (session 32's H100 call ended so
+    after 458 s, nothing returned); a side stopped here costs that side alone. ``floor`` None: half the
+    sandbox's floor for this host. ``least``: the least available seen, bytes."""
+
+    def __init__(self, pid: int, floor: int | None, every: float = 0.5, meminfo: str = "/proc/meminfo") -> None:
+        super().__init__(daemon=True)
+        self.pid, self.every, self.meminfo = pid, every, meminfo
+        self.floor, self.total, self.least = floor, None, None
+        self.fired: str | None = None
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        from kernellab.sandbox._reference import host_memory
+
+        while True:
+            mem = host_memory(self.meminfo)
+            if mem is not None:
+                avail, self.total = mem
+                if self.floor is None:
+                    self.floor = default_host_floor(self.total)
+                self.least = avail if self.least is None else min(self.least, avail)
+                if avail < self.floor:
+                    gib = 2**30
+                    self.fired = (f"host memory: {avail / gib:.2f} GiB of {self.total / gib:.1f} GiB available, "
+                                  f"under the {self.floor / gib:.2f} GiB floor (--host-floor-gb)")
+                    kill_tree(self.pid)
+                    return
+            if self.halt.wait(self.every):
+                return
+
+
+def _gb(nbytes: int | None) -> float | None:
+    return None if nbytes is None else round(nbytes / 10**9, 2)
+
+
 def run_side(label: str, tree: Path, commit: str, suite_file: Path, work: Path, args: argparse.Namespace,
              gpus: int, dump_to: Path | None = None) -> dict:
     """One side's bench as a subprocess (its tree first on PYTHONPATH), NVML sampled meanwhile, stopped
@@ -262,6 +354,9 @@ def run_side(label: str, tree: Path, commit: str, suite_file: Path, work: Path, 
             else:
                 dumper = StackDumper(p.pid, args.pyspy_every, dump_to, binary)
                 dumper.start()
+        floor = None if args.host_floor_gb is None else int(args.host_floor_gb * 10**9)
+        watch = HostWatch(p.pid, floor)
+        watch.start()
         try:
             p.wait(timeout=args.side_limit_s)
         except subprocess.TimeoutExpired:
@@ -271,12 +366,17 @@ def run_side(label: str, tree: Path, commit: str, suite_file: Path, work: Path, 
                 p.wait(timeout=KILL_AFTER_S)
             except subprocess.TimeoutExpired:
                 stopped = "limit, killed"
-                p.kill()
+                kill_tree(p.pid)
                 p.wait()
         except BaseException:  # this script interrupted: the side must not outlive it
-            p.kill()
+            kill_tree(p.pid)
             p.wait()
             raise
+        finally:
+            watch.halt.set()
+            watch.join(timeout=5)
+        if watch.fired:
+            stopped = watch.fired
         wall = time.monotonic() - t0
         if dumper is not None:
             dumper.halt.set()
@@ -297,6 +397,8 @@ def run_side(label: str, tree: Path, commit: str, suite_file: Path, work: Path, 
            "evaluations": facts["evaluations"],
            "evaluations_per_hour": round(facts["evaluations"] / hours, 1) if hours else None,
            "gpus": gpus, "evaluations_per_gpu_hour": round(facts["evaluations"] / gpu_hours, 1) if gpu_hours else None,
+           "host_total_gb": _gb(watch.total), "host_least_available_gb": _gb(watch.least),
+           "host_floor_gb": _gb(watch.floor),
            "gpu_busy_share": sampled["busy_share"], "gpu_util_mean": sampled["mean_util"],
            "gpu_samples": sampled["samples"], "gpu_sampler": sampled["error"],
            "phase_s": facts["phase_s"], "admission_wait_s": facts["admission_wait_s"], "memory": facts["memory"],
@@ -449,6 +551,10 @@ def markdown(res: dict) -> str:
              f"{len(res['problems'])}: {', '.join(r['name'] for r in res['problems'])}. Budget {res['budget']}, "
              f"--jobs {_jobs_text(res)}, limit {res['side_limit_s']:g} s per side"
              f"{', SMALL sizes' if res['small'] else ''}.", ""]
+    left = [label for label in res["order"] if label not in res["sides"]]
+    if left:
+        lines += [f"**Written after the {', '.join(res['sides'])} side; {', '.join(left)} had not run: a page left so "
+                  "means the run stopped before it.**", ""]
     if res["interpreted"]:
         lines += ["**Interpreted run (no CUDA device): the pipeline is exercised, the pace says nothing of a GPU.**", ""]
     lines += ["## Pace", "", "| side | commit | finished | wall s | problems/hour | evaluations | evaluations/GPU-hour | "
@@ -457,6 +563,12 @@ def markdown(res: dict) -> str:
         lines.append(f"| {label} | {s['commit']} | {s['problems_finished']}/{s['problems']} | {_f(s['wall_s'])} | "
                      f"{_f(s['problems_per_hour'], '{:.2f}')} | {s['evaluations']} | {_f(s['evaluations_per_gpu_hour'])} | "
                      f"{_f(s['gpu_busy_share'], '{:.2f}')} | {_f(s['gpu_util_mean'])} | {s['stopped'] or '-'} |")
+    hosts = [f"{label} {_f(s['host_least_available_gb'])} of {_f(s['host_total_gb'])}" for label, s in res["sides"].items()
+             if s.get("host_total_gb") is not None]
+    if hosts:
+        floors = sorted({_f(s["host_floor_gb"]) for s in res["sides"].values() if s.get("host_floor_gb") is not None})
+        lines += ["", f"Host memory, the least available while each side ran (GB): {'; '.join(hosts)}; a side is stopped "
+                  f"below {' / '.join(floors)} GB."]
     c = res["comparison"]
     if c["problems_per_hour_ratio"] is not None:
         lines += ["", f"**Problems per hour, new / base: {c['problems_per_hour_ratio']:.2f}x.**"]
@@ -514,6 +626,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="Campaigns at once in the base's bench, where its best pace needs another --jobs [--jobs]")
     ap.add_argument("--side-limit-s", type=float, default=1800.0,
                     help="Wall seconds per side; then SIGINT (SIGKILL 15 s later), its pace from what it finished [1800]")
+    ap.add_argument("--host-floor-gb", type=float, default=None, metavar="G",
+                    help="Stop a side (SIGKILL to its processes) when the host has less than G GB of memory available: "
+                         "a host out of memory stops answering and loses the whole run [half the sandbox's floor]")
     ap.add_argument("--problems", type=int, default=None, metavar="N", help="The first N of the suite, one family at a time")
     ap.add_argument("--only", default=None, metavar="A,B", help="These problems of the suite (file stems)")
     ap.add_argument("--max-ref-gb", type=float, default=16.0, help="Leave out problems whose reference needs more [16]")
@@ -538,6 +653,8 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         raise ThroughputError(f"--sides {args.sides!r}: base and/or new, comma-separated")
     if args.budget < 1 or args.jobs < 1 or (args.base_jobs is not None and args.base_jobs < 1) or args.side_limit_s <= 0:
         raise ThroughputError("--budget, --jobs and --base-jobs must be at least 1, --side-limit-s above 0")
+    if args.host_floor_gb is not None and args.host_floor_gb < 0:
+        raise ThroughputError(f"--host-floor-gb {args.host_floor_gb:g}: at least 0 (0: never stop a side for memory)")
     kb = Path(args.kernelbench)
     suite = select_suite(kb, args.max_ref_gb)
     if args.list:
@@ -563,22 +680,24 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
             base_tree = work / "base-tree"
             _git("worktree", "add", "--detach", str(base_tree), base_commit)
             trees["base"] = (base_tree, base_commit)
+        jpath, mpath = out / f"{stem}.json", out / f"{stem}.md"
         for label in sides:
             tree, commit = trees[label]
             results[label] = run_side(label, tree, commit, suite_file, work, args, gpus,
                                       dump_to=out / f"{stem}-{label}-pyspy.txt")
             failed |= results[label]["failed"]
             results[label]["db_gz"] = str(gzip_db(Path(results[label]["db"]), out / f"{stem}-{label}.db.gz"))
-        res = {"date": stamp.isoformat(timespec="seconds"), "device": device, "gpus": gpus,
-               "interpreted": gpus == 0, "versions": versions, "commit": trees["new"][1],
-               "command": "python experiments/bench_throughput.py " + " ".join(shlex.quote(a) for a in argv),
-               "order": sides, "budget": args.budget, "jobs": args.jobs,
-               "jobs_by_side": {label: side_jobs(label, args) for label in sides}, "side_limit_s": args.side_limit_s,
-               "small": args.small, "max_ref_gb": args.max_ref_gb, "quota": QUOTA, "suite": suite,
-               "problems": chosen, "sides": results, "comparison": compare(results)}
-        jpath, mpath = out / f"{stem}.json", out / f"{stem}.md"
-        jpath.write_text(json.dumps(res, indent=2, default=str))
-        mpath.write_text(markdown(res))
+            # the page after each side, not only at the end: a run cut off in its second side keeps the first
+            res = {"date": stamp.isoformat(timespec="seconds"), "device": device, "gpus": gpus,
+                   "interpreted": gpus == 0, "versions": versions, "commit": trees["new"][1],
+                   "command": "python experiments/bench_throughput.py " + " ".join(shlex.quote(a) for a in argv),
+                   "order": sides, "sides_run": list(results), "budget": args.budget, "jobs": args.jobs,
+                   "jobs_by_side": {label: side_jobs(label, args) for label in sides},
+                   "side_limit_s": args.side_limit_s, "host_floor_gb": args.host_floor_gb, "small": args.small,
+                   "max_ref_gb": args.max_ref_gb, "quota": QUOTA, "suite": suite, "problems": chosen,
+                   "sides": results, "comparison": compare(results)}
+            jpath.write_text(json.dumps(res, indent=2, default=str))
+            mpath.write_text(markdown(res))
         print(f"bench_throughput: {mpath} and {jpath}", file=sys.stderr)
     finally:
         if base_tree is not None:

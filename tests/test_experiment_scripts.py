@@ -3,11 +3,13 @@ first to find one broken: a crash there costs minutes of a session's 30."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +102,92 @@ def test_bench_throughput_side_by_side_on_tiny_problems(tmp_path: Path) -> None:
             assert c.execute("select count(*) from campaigns where status = 'done'").fetchone()[0] == 2
     worktrees = subprocess.run(["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True).stdout
     assert "kernellab-throughput-" not in worktrees  # the base's checkout is gone
+    for side in res["sides"].values():  # the host was watched, and never came near the default floor here
+        assert 0 < side["host_floor_gb"] < side["host_least_available_gb"] <= side["host_total_gb"]
+    assert "Host memory, the least available while each side ran (GB): base " in md
+
+
+def _bt():
+    sys.path.insert(0, str(ROOT / "experiments"))
+    try:
+        import bench_throughput as bt
+    finally:
+        sys.path.remove(str(ROOT / "experiments"))
+    return bt
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's reaper may be slow, or absent in a container)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def _tree_with_a_worker_in_its_own_session() -> tuple[subprocess.Popen, int]:
+    # as the sandbox starts its workers: a new session, out of the parent's process group
+    code = ("import subprocess, sys, time; w = subprocess.Popen(['sleep', '120'], start_new_session=True); "
+            "print(w.pid, flush=True); time.sleep(120)")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    return p, int(p.stdout.readline())
+
+
+def test_kill_tree_reaches_a_worker_that_started_its_own_session() -> None:
+    bt = _bt()
+    p, worker = _tree_with_a_worker_in_its_own_session()
+    try:
+        assert set(bt.process_tree(p.pid)) == {p.pid, worker}
+        assert set(bt.kill_tree(p.pid)) == {p.pid, worker}
+        assert p.wait(timeout=10) == -9
+        deadline = time.monotonic() + 10
+        while _running(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(worker)
+    finally:
+        p.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, 9)
+
+
+def test_host_watch_kills_a_side_under_its_floor_and_only_then() -> None:
+    bt = _bt()
+    p, worker = _tree_with_a_worker_in_its_own_session()
+    try:
+        calm = bt.HostWatch(p.pid, floor=0, every=0.05)  # 0: never
+        calm.start()
+        time.sleep(0.3)
+        calm.halt.set()
+        calm.join(timeout=5)
+        assert calm.fired is None and 0 < calm.least <= calm.total and p.poll() is None and _running(worker)
+        watch = bt.HostWatch(p.pid, floor=10**18, every=0.05)  # an exabyte: no host has it available
+        watch.start()
+        watch.join(timeout=10)
+        assert watch.fired and watch.fired.startswith("host memory: ") and "under the 931322574.62 GiB floor" in watch.fired
+        assert p.wait(timeout=10) == -9
+    finally:
+        p.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, 9)
+
+
+def test_bench_throughput_stops_a_side_under_the_host_floor_and_still_writes_its_page(tmp_path: Path) -> None:
+    kb = tmp_path / "kb"
+    (kb / "level1").mkdir(parents=True)
+    (kb / "level2").mkdir()
+    shutil.copy(ROOT / "experiments" / "problems" / "ops" / "softmax.py", kb / "level1" / "23_Softmax.py")
+    out = tmp_path / "out"
+    bad = run("experiments/bench_throughput.py", "--kernelbench", str(kb), "--host-floor-gb", "-1", "--out", str(out))
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "bench_throughput: error: --host-floor-gb -1: at least 0 (0: never stop a side for memory)"]
+    p = run("experiments/bench_throughput.py", "--kernelbench", str(kb), "--sides", "new", "--small", "--budget", "1",
+            "--host-floor-gb", "1e9", "--side-limit-s", "300", "--out", str(out))
+    assert p.returncode == 0, p.stderr[-3000:]  # a side stopped for memory is a result, not a bench failure
+    (page,) = out.glob("*-throughput.json")
+    side = json.loads(page.read_text())["sides"]["new"]
+    assert side["stopped"].startswith("host memory: ") and side["problems_finished"] == 0 and not side["failed"]
+    assert side["host_floor_gb"] == 1e9 and side["wall_s"] < 60
+    assert "| host memory: " in page.with_suffix(".md").read_text()
 
 
 def test_bench_throughput_pages_memory_admission_by_problem(tmp_path: Path) -> None:
