@@ -15,9 +15,10 @@ Each side is one subprocess ``python -m kernellab.cli bench SUITE --budget B --j
 ``git worktree add`` of ``--base`` in a temporary folder (removed at the end). The sides run one after
 the other, never together (they share the GPU), each with fresh compile caches, and each is stopped with
 SIGINT after ``--side-limit-s`` (SIGKILL to its process tree 15 s later); its pace counts the problems it
-finished. A side is killed the same way when the host's available memory falls under ``--host-floor-gb``
-(``HostWatch``; by default half the sandbox's floor): a host out of memory stops answering and the run's
-pages are lost with it; the page says the side stopped so and how little the host had. While a
+finished. A side is stopped the same way when the host's available memory falls under ``--host-floor-gb``
+(``host_watch.HostWatch``, by default half the sandbox's floor; SIGKILL sooner if it falls under half that):
+a host out of memory stops answering and the run's pages are lost with it; the page says the side stopped so
+and how little the host had. The page is rewritten after each side. While a
 side runs, NVML is sampled every 0.5 s (``kernellab._busy.BusySampler``; nothing is said of the GPU
 without NVML). ``--problems N`` / ``--only`` pick a subset for the side by side; ``--sides new`` runs the
 change alone (the full suite, by default).
@@ -36,7 +37,6 @@ Exit 0 when every side ran to its end or its limit, 1 when a side failed (its be
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import gzip
 import json
@@ -56,6 +56,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
+from host_watch import HostWatch, kill_tree  # noqa: E402 (a sibling script, importable once its folder is on the path)
+
 # ../shared/kernelbench beside the checkout, or KERNELBENCH_DIR (a GPU host gets a copy carried in the tree, .kb)
 DEFAULT_KB = Path(os.environ.get("KERNELBENCH_DIR") or ROOT.parent / "shared" / "kernelbench")
 RESULTS = ROOT / "experiments" / "results"
@@ -231,90 +234,6 @@ class StackDumper(threading.Thread):
                 f.flush()
 
 
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and its descendants, by the parent links in /proc (``[pid]`` without /proc): the sandbox's
-    workers start their own sessions, so the bench's process group does not hold them."""
-    try:
-        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
-    except OSError:
-        return [pid]
-    children: dict[int, list[int]] = {}
-    for name in entries:
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                ppid = int(f.read().rpartition(")")[2].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
-        children.setdefault(ppid, []).append(int(name))
-    tree, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        tree.append(p)
-        todo += children.get(p, [])
-    return tree
-
-
-def kill_tree(pid: int) -> list[int]:
-    """SIGKILL ``pid`` and every descendant; returns the pids signalled. They are stopped first, until a scan
-    finds no new one: a stopped process cannot start another, and one orphaned before it is found would be
-    out of reach (its parent link then points at init), holding the GPU or the host's memory for the next side."""
-    seen: list[int] = []
-    while True:
-        new = [p for p in process_tree(pid) if p not in seen]
-        if not new:
-            break
-        for p in new:
-            seen.append(p)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(p, signal.SIGSTOP)
-    for p in seen:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(p, signal.SIGKILL)
-    return seen
-
-
-def default_host_floor(total: int) -> int:
-    """Half the sandbox's own floor (``host_floor``): the sandbox keeps a side's reference outputs above its
-    floor and fails the job first; this is the last line, for a side whose code has no such floor (a base)."""
-    from kernellab.sandbox._reference import host_floor
-
-    return host_floor(total) // 2
-
-
-class HostWatch(threading.Thread):
-    """The host's available memory (``/proc/meminfo``) every ``every`` seconds while a side runs; below
-    ``floor`` bytes it kills the side's process tree (``kill_tree``) and says why in ``fired``. A host out of
-    memory stops answering and the whole call is lost with every side's page (session 32's H100 call ended so
-    after 458 s, nothing returned); a side stopped here costs that side alone. ``floor`` None: half the
-    sandbox's floor for this host. ``least``: the least available seen, bytes."""
-
-    def __init__(self, pid: int, floor: int | None, every: float = 0.5, meminfo: str = "/proc/meminfo") -> None:
-        super().__init__(daemon=True)
-        self.pid, self.every, self.meminfo = pid, every, meminfo
-        self.floor, self.total, self.least = floor, None, None
-        self.fired: str | None = None
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        from kernellab.sandbox._reference import host_memory
-
-        while True:
-            mem = host_memory(self.meminfo)
-            if mem is not None:
-                avail, self.total = mem
-                if self.floor is None:
-                    self.floor = default_host_floor(self.total)
-                self.least = avail if self.least is None else min(self.least, avail)
-                if avail < self.floor:
-                    gib = 2**30
-                    self.fired = (f"host memory: {avail / gib:.2f} GiB of {self.total / gib:.1f} GiB available, "
-                                  f"under the {self.floor / gib:.2f} GiB floor (--host-floor-gb)")
-                    kill_tree(self.pid)
-                    return
-            if self.halt.wait(self.every):
-                return
-
-
 def _gb(nbytes: int | None) -> float | None:
     return None if nbytes is None else round(nbytes / 10**9, 2)
 
@@ -355,7 +274,7 @@ def run_side(label: str, tree: Path, commit: str, suite_file: Path, work: Path, 
                 dumper = StackDumper(p.pid, args.pyspy_every, dump_to, binary)
                 dumper.start()
         floor = None if args.host_floor_gb is None else int(args.host_floor_gb * 10**9)
-        watch = HostWatch(p.pid, floor)
+        watch = HostWatch(p.pid, floor, grace_s=KILL_AFTER_S)
         watch.start()
         try:
             p.wait(timeout=args.side_limit_s)

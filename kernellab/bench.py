@@ -61,8 +61,11 @@ class BenchError(ValueError):
 
 def suite_paths(suite: str) -> list[Path]:
     """A suite is a name under experiments/suites/ (``full``), a suite file (one path a line, relative
-    to the repository root or to the file), a folder of problems, or a glob (``level1/1*_*.py``)."""
+    to the repository root or to the file), a folder of problems, a glob (``level1/1*_*.py``), or one
+    problem file (``.py``: a suite of one, not a list of the lines of its source)."""
     p = Path(suite)
+    if p.suffix == ".py" and p.is_file():
+        return [p]
     candidates = [p, ROOT / "experiments" / "suites" / f"{suite}.txt", ROOT / "experiments" / "suites" / suite]
     for c in candidates:
         if c.is_dir():

@@ -6,11 +6,14 @@
 #   KB_JOBS=N      campaigns at once [8]     KB_SUITE   [.kb/level[12]/*.py]
 #   KB_WARM_DB=1   resume /tmp/kb-public.db where an earlier call on this still-warm machine left it
 #   KB_RERUN="A B" problems run again under the current code although finished (`kernellab bench --rerun`)
+#   KB_HOST_FLOOR_GB=G  stop the bench / cross-check when the host has less than G GB available [half the sandbox's floor]
 #   SOLO=FILE      first, one timed `kernellab run FILE --budget 4` and where its time went
 #   KB_CROSSCHECK=S  then experiments/kb_crosscheck.py on the database for at most S seconds; KB_KEEP=JSON (an
 #                  earlier cross-check's, in the tree) keeps its verdicts of the same evaluations;
 #                  KB_CROSSCHECK_JOBS=N KernelBench runs at once, taking turns on the GPU [1]
-# The database comes back gzipped in $OUT (kb-public.db.gz), with the bench's pages and log.
+# The database comes back gzipped in $OUT (kb-public.db.gz), with the bench's pages and log. The bench and the
+# cross-check run under experiments/host_watch.py: stopped before the host runs out of memory, which would lose the
+# whole call ("host_watch: host memory: ..." in the log where it fired).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -35,6 +38,7 @@ for line in sys.stdin:
 fi
 [ "${KB_TIMEOUT:-420}" = 0 ] && [ -z "${KB_CROSSCHECK:-}" ] && exit 0  # the solo run alone
 db=/tmp/kb-public.db
+hw=(); [ -n "${KB_HOST_FLOOR_GB:-}" ] && hw=(--floor-gb "$KB_HOST_FLOOR_GB")
 src=${KB_DB_GZ:-none}
 # a machine still warm from the last call keeps its database there, newer than the one in the tree
 if [ -n "${KB_WARM_DB:-}" ] && [ -s "$db" ]; then
@@ -46,7 +50,7 @@ fi
 if [ "${KB_TIMEOUT:-420}" != 0 ]; then  # 0 with KB_CROSSCHECK: the cross-check alone, of the database as it is
 echo "kb_public: bench start $(date -u +%H:%M:%S), resuming: $src"
 rerun=(); for p in ${KB_RERUN:-}; do rerun+=(--rerun "$p"); done
-timeout -s INT -k 30 "${KB_TIMEOUT:-420}" $PY -m kernellab.cli bench "${KB_SUITE:-.kb/level[12]/*.py}" --budget 4 \
+timeout -s INT -k 30 "${KB_TIMEOUT:-420}" $PY experiments/host_watch.py "${hw[@]}" -- $PY -m kernellab.cli bench "${KB_SUITE:-.kb/level[12]/*.py}" --budget 4 \
   --jobs "${KB_JOBS:-8}" --db "$db" --name kb-public --out-dir "$OUT" "${rerun[@]}" > "$OUT/kb-bench.log" 2>&1
 echo "kb_public: bench rc $? at $(date -u +%H:%M:%S)"  # 124/130: stopped at KB_TIMEOUT, saved
 tail -n 30 "$OUT/kb-bench.log"
@@ -62,6 +66,6 @@ for r in bt.memory_by_problem(sqlite3.connect(sys.argv[1]))[:15]:
 fi
 if [ -n "${KB_CROSSCHECK:-}" ]; then
   keep=(); [ -n "${KB_KEEP:-}" ] && keep=(--keep "$KB_KEEP")
-  timeout -s INT "$KB_CROSSCHECK" $PY experiments/kb_crosscheck.py --db "$db" --kernelbench "$PWD/.kb" --out-dir "$OUT" \
+  timeout -s INT "$KB_CROSSCHECK" $PY experiments/host_watch.py "${hw[@]}" -- $PY experiments/kb_crosscheck.py --db "$db" --kernelbench "$PWD/.kb" --out-dir "$OUT" \
     --jobs "${KB_CROSSCHECK_JOBS:-1}" "${keep[@]}" 2>&1 | tail -n 12
 fi

@@ -112,6 +112,8 @@ def test_suite_from_folder_glob_and_list(tmp_path: Path) -> None:
     lst = tmp_path / "list.txt"
     lst.write_text("p.py  # next to the list file\n" + TINY[1] + "\n")
     assert [p.name for p in suite_paths(str(lst))] == ["p.py", "pointwise_chain.py"]
+    # one problem file is a suite of one (it was read as a list of its own source lines)
+    assert suite_paths(str(tmp_path / "p.py")) == [tmp_path / "p.py"]
 
 
 def test_shard_syntax_and_split_covers_every_problem_once() -> None:

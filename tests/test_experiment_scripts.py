@@ -107,13 +107,13 @@ def test_bench_throughput_side_by_side_on_tiny_problems(tmp_path: Path) -> None:
     assert "Host memory, the least available while each side ran (GB): base " in md
 
 
-def _bt():
+def _hw():
     sys.path.insert(0, str(ROOT / "experiments"))
     try:
-        import bench_throughput as bt
+        import host_watch
     finally:
         sys.path.remove(str(ROOT / "experiments"))
-    return bt
+    return host_watch
 
 
 def _running(pid: int) -> bool:
@@ -125,50 +125,91 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _tree_with_a_worker_in_its_own_session() -> tuple[subprocess.Popen, int]:
-    # as the sandbox starts its workers: a new session, out of the parent's process group
-    code = ("import subprocess, sys, time; w = subprocess.Popen(['sleep', '120'], start_new_session=True); "
-            "print(w.pid, flush=True); time.sleep(120)")
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+def _wait_gone(pid: int) -> bool:
+    deadline = time.monotonic() + 10
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _running(pid)
+
+
+# as the sandbox starts its workers: a new session, out of the parent's process group; the parent ignores
+# SIGINT where asked (a command that does not stop when told) or exits 3 on it (one that stops cleanly)
+_TREE = ("import signal, subprocess, sys, time; w = subprocess.Popen(['sleep', '120'], start_new_session=True); "
+         "signal.signal(signal.SIGINT, {handler}); print(w.pid, flush=True); time.sleep(120)")
+
+
+def _tree(handler: str = "signal.SIG_IGN") -> tuple[subprocess.Popen, int]:
+    p = subprocess.Popen([sys.executable, "-c", _TREE.format(handler=handler)], stdout=subprocess.PIPE, text=True)
     return p, int(p.stdout.readline())
 
 
+def _available() -> int:
+    from kernellab.sandbox._reference import host_memory
+
+    return host_memory()[0]
+
+
 def test_kill_tree_reaches_a_worker_that_started_its_own_session() -> None:
-    bt = _bt()
-    p, worker = _tree_with_a_worker_in_its_own_session()
+    hw = _hw()
+    p, worker = _tree()
     try:
-        assert set(bt.process_tree(p.pid)) == {p.pid, worker}
-        assert set(bt.kill_tree(p.pid)) == {p.pid, worker}
-        assert p.wait(timeout=10) == -9
-        deadline = time.monotonic() + 10
-        while _running(worker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _running(worker)
+        assert set(hw.process_tree(p.pid)) == {p.pid, worker}
+        assert set(hw.kill_tree(p.pid)) == {p.pid, worker}
+        assert p.wait(timeout=10) == -9 and _wait_gone(worker)
     finally:
         p.kill()
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker, 9)
 
 
-def test_host_watch_kills_a_side_under_its_floor_and_only_then() -> None:
-    bt = _bt()
-    p, worker = _tree_with_a_worker_in_its_own_session()
+def test_host_watch_asks_first_kills_after_its_grace_and_leaves_a_host_above_its_floor_alone() -> None:
+    hw = _hw()
+    p, worker = _tree()
     try:
-        calm = bt.HostWatch(p.pid, floor=0, every=0.05)  # 0: never
+        calm = hw.HostWatch(p.pid, floor=0, every=0.05)  # 0: never
         calm.start()
         time.sleep(0.3)
         calm.halt.set()
         calm.join(timeout=5)
         assert calm.fired is None and 0 < calm.least <= calm.total and p.poll() is None and _running(worker)
-        watch = bt.HostWatch(p.pid, floor=10**18, every=0.05)  # an exabyte: no host has it available
+        # under the floor, not under half of it: SIGINT (ignored here), then SIGKILL to the tree after the grace
+        watch = hw.HostWatch(p.pid, floor=int(_available() * 1.5), every=0.05, grace_s=0.5)
         watch.start()
         watch.join(timeout=10)
-        assert watch.fired and watch.fired.startswith("host memory: ") and "under the 931322574.62 GiB floor" in watch.fired
-        assert p.wait(timeout=10) == -9
+        assert watch.killed and watch.fired.startswith("host memory: ") and " s after SIGINT)" in watch.fired
+        assert p.wait(timeout=10) == -9 and _wait_gone(worker)
     finally:
         p.kill()
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker, 9)
+
+
+def test_host_watch_lets_a_command_that_stops_when_asked_stop_itself() -> None:
+    hw = _hw()
+    p, worker = _tree("lambda *a: sys.exit(3)")
+    try:
+        watch = hw.HostWatch(p.pid, floor=int(_available() * 1.5), every=0.05, grace_s=30)
+        watch.start()
+        assert p.wait(timeout=10) == 3
+        watch.join(timeout=5)
+        assert not watch.is_alive() and watch.fired and not watch.killed  # the watch saw it end and stopped
+    finally:
+        p.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, 9)
+
+
+def test_host_watch_command_line() -> None:
+    ok = run("experiments/host_watch.py", "--floor-gb", "0", "--", sys.executable, "-c", "import sys; sys.exit(5)")
+    assert ok.returncode == 5 and ok.stderr == ""
+    code = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"
+    t0 = time.monotonic()
+    cut = run("experiments/host_watch.py", "--floor-gb", "1e9", "--", sys.executable, "-c", code)
+    # an exabyte's floor: under half of it at once, so no grace; 128 + SIGKILL
+    assert cut.returncode == 137 and time.monotonic() - t0 < 30
+    assert cut.stderr.startswith("host_watch: host memory: ") and "killed with its processes" in cut.stderr
+    none = run("experiments/host_watch.py", "--floor-gb", "1")
+    assert none.returncode == 2 and none.stderr.strip() == "host_watch: error: no command (host_watch.py [options] -- CMD [ARG...])"
 
 
 def test_bench_throughput_stops_a_side_under_the_host_floor_and_still_writes_its_page(tmp_path: Path) -> None:
@@ -230,3 +271,27 @@ def test_bench_throughput_pages_memory_admission_by_problem(tmp_path: Path) -> N
            "interpreted": False, "sides": {"new": side}, "comparison": bt.compare({"new": side})}
     md = bt.markdown(res)
     assert "| new | conv | 2 | 42.5 | 65.4 | 26.2 | 33.0 | 1 |" in md and "| new | gemm |" not in md  # no wait, no row
+
+
+def test_kb_public_call_keeps_its_database_when_the_host_watch_stops_the_bench(tmp_path: Path) -> None:
+    # the device call's script end to end on the CPU: a bench stopped for host memory still leaves the call its
+    # log line and database to return, and a call with room finishes its problem and pages it
+    suite = tmp_path / "kb"
+    suite.mkdir()
+    shutil.copy(ROOT / "experiments" / "problems" / "ops" / "softmax.py", suite / "23_Softmax.py")
+    env = {**ENV, "PYTHON": sys.executable, "KB_SUITE": str(suite / "*.py"), "KB_TIMEOUT": "300", "KERNELLAB_COMMIT": "test"}
+
+    def call(out: Path, **more: str) -> str:
+        p = subprocess.run(["bash", "scripts/kb_public.sh"], cwd=ROOT, env={**env, "OUT": str(out), **more},
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        return p.stdout
+
+    cut = call(tmp_path / "cut", KB_HOST_FLOOR_GB="1e9")
+    assert "kb_public: bench rc 137 " in cut and "host_watch: host memory: " in (tmp_path / "cut" / "kb-bench.log").read_text()
+    assert (tmp_path / "cut" / "kb-public.db.gz").stat().st_size > 0
+    full = call(tmp_path / "full")
+    assert "kb_public: bench rc 0 " in full
+    (page,) = (tmp_path / "full").glob("*-kb-public.json")
+    (row,) = json.loads(page.read_text())["problems"]
+    assert row["problem"] == "23_Softmax" and row["correct"]

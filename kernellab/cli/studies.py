@@ -51,7 +51,7 @@ def bench(suite: str, name: str | None, allow_library: bool, out_dir: str | None
     """Run a campaign per problem of SUITE and score the whole suite: fast_p against eager and
     torch.compile, incremental (a rerun skips finished problems).
 
-    SUITE is a name in experiments/suites/, a suite file, a folder or a glob. Writes
+    SUITE is a name in experiments/suites/, a suite file, a folder, a glob or one problem file. Writes
     experiments/results/<date>-<device>-<name>.json and .md: per problem the best kernel win (at least half
     its GPU time in its own kernels) with its speedup vs eager and torch.compile (p20-p80), evaluations and
     time to the best, the winning action chain; fast_p and geometric means over the WHOLE suite (unfinished
