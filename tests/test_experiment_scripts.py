@@ -138,9 +138,17 @@ _TREE = ("import signal, subprocess, sys, time; w = subprocess.Popen(['sleep', '
          "signal.signal(signal.SIGINT, {handler}); print(w.pid, flush=True); time.sleep(120)")
 
 
-def _tree(handler: str = "signal.SIG_IGN") -> tuple[subprocess.Popen, int]:
+@contextlib.contextmanager
+def _tree(handler: str = "signal.SIG_IGN"):
     p = subprocess.Popen([sys.executable, "-c", _TREE.format(handler=handler)], stdout=subprocess.PIPE, text=True)
-    return p, int(p.stdout.readline())
+    worker = int(p.stdout.readline())
+    try:
+        yield p, worker
+    finally:
+        p.kill()
+        p.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, 9)
 
 
 def _available() -> int:
@@ -151,21 +159,15 @@ def _available() -> int:
 
 def test_kill_tree_reaches_a_worker_that_started_its_own_session() -> None:
     hw = _hw()
-    p, worker = _tree()
-    try:
+    with _tree() as (p, worker):
         assert set(hw.process_tree(p.pid)) == {p.pid, worker}
         assert set(hw.kill_tree(p.pid)) == {p.pid, worker}
         assert p.wait(timeout=10) == -9 and _wait_gone(worker)
-    finally:
-        p.kill()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(worker, 9)
 
 
 def test_host_watch_asks_first_kills_after_its_grace_and_leaves_a_host_above_its_floor_alone() -> None:
     hw = _hw()
-    p, worker = _tree()
-    try:
+    with _tree() as (p, worker):
         calm = hw.HostWatch(p.pid, floor=0, every=0.05)  # 0: never
         calm.start()
         time.sleep(0.3)
@@ -178,25 +180,16 @@ def test_host_watch_asks_first_kills_after_its_grace_and_leaves_a_host_above_its
         watch.join(timeout=10)
         assert watch.killed and watch.fired.startswith("host memory: ") and " s after SIGINT)" in watch.fired
         assert p.wait(timeout=10) == -9 and _wait_gone(worker)
-    finally:
-        p.kill()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(worker, 9)
 
 
 def test_host_watch_lets_a_command_that_stops_when_asked_stop_itself() -> None:
     hw = _hw()
-    p, worker = _tree("lambda *a: sys.exit(3)")
-    try:
+    with _tree("lambda *a: sys.exit(3)") as (p, _):
         watch = hw.HostWatch(p.pid, floor=int(_available() * 1.5), every=0.05, grace_s=30)
         watch.start()
         assert p.wait(timeout=10) == 3
         watch.join(timeout=5)
         assert not watch.is_alive() and watch.fired and not watch.killed  # the watch saw it end and stopped
-    finally:
-        p.kill()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(worker, 9)
 
 
 def test_host_watch_command_line() -> None:
