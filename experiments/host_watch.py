@@ -153,15 +153,18 @@ def main(argv: list[str] | None = None) -> int:
     if (args.floor_gb is not None and args.floor_gb < 0) or args.grace_s < 0 or args.every <= 0:
         print("host_watch: error: --floor-gb and --grace-s must be at least 0, --every above 0", file=sys.stderr)
         return 2
+    # a signal to this process reaches CMD too (`timeout -s INT` signals the whole group, a kernellab command
+    # ignores a second stop while the first runs its course); this one waits for CMD either way. Set before CMD
+    # starts: one that came in between would end this process and leave CMD unwatched.
+    child: list[subprocess.Popen] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: [c.send_signal(signum) for c in child])
     try:
         p = subprocess.Popen(cmd)
     except OSError as exc:
         print(f"host_watch: error: {cmd[0]}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    # a signal to this process reaches CMD too (`timeout -s INT` signals the whole group, a kernellab
-    # command ignores a second stop while the first runs its course); this one waits for CMD either way
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda signum, frame: p.send_signal(signum))
+    child.append(p)
     watch = HostWatch(p.pid, None if args.floor_gb is None else int(args.floor_gb * 1e9), args.every, args.grace_s)
     watch.start()
     rc = p.wait()

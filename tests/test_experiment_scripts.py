@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -201,6 +202,14 @@ def test_host_watch_command_line() -> None:
     # an exabyte's floor: under half of it at once, so no grace; 128 + SIGKILL
     assert cut.returncode == 137 and time.monotonic() - t0 < 30
     assert cut.stderr.startswith("host_watch: host memory: ") and "killed with its processes" in cut.stderr
+    # a stop given to the watch reaches its command, whose status it returns
+    code = ("import signal, sys, time; signal.signal(signal.SIGINT, lambda *a: sys.exit(3)); print('ready', flush=True); "
+            "time.sleep(60)")
+    w = subprocess.Popen([sys.executable, "experiments/host_watch.py", "--floor-gb", "0", "--", sys.executable, "-c", code],
+                         cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True)
+    assert w.stdout.readline() == "ready\n"
+    w.send_signal(signal.SIGINT)
+    assert w.wait(timeout=30) == 3
     none = run("experiments/host_watch.py", "--floor-gb", "1")
     assert none.returncode == 2 and none.stderr.strip() == "host_watch: error: no command (host_watch.py [options] -- CMD [ARG...])"
 
