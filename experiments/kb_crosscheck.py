@@ -18,7 +18,9 @@ KernelBench's commit and the date.
 KernelBench's inputs on the CPU seven times (``get_inputs()``, 6.4 GB a tensor at level 1). The GPU stays
 one child's at a time (:class:`_GpuTurn`): a child holds it for all its work but the problem's
 ``get_inputs()``, so every timing runs with the GPU to itself; a run that ran out of memory beside the
-others is judged again alone.
+others is judged again alone. The host's memory is admitted too (:class:`HostAdmission`): a child starts
+when its problem's parameters, inputs and outputs (meta device) fit beside the running children's in what
+the host had available at the start above the sandbox's floor, or when it would run alone.
 
 KernelBench's eval is CUDA-only: without a CUDA device the script stops with one line (exit 2).
 Known differences it may show: KernelBench casts every input tensor to the precision (integer
@@ -214,7 +216,10 @@ def _cost_line(rows: list[dict], wall_s: float | None = None, jobs: int = 1) -> 
     kept = sum(1 for r in rows if "kept_from" in (r.get("kernelbench") or {}))
     alone = sum(1 for r in rows if (r.get("kernelbench") or {}).get("rerun_alone"))
     took = f"; the cross-check's wall time {wall_s:.0f} s" if wall_s is not None else ""
-    together = f" with --jobs {jobs} ({alone} judged again alone)" if jobs > 1 else ""
+    waits = [kb["host_wait_s"] for r in rows if (kb := r.get("kernelbench") or {}).get("host_wait_s") is not None
+             and "kept_from" not in kb]
+    held = f", {sum(waits):.0f} s waiting for host memory" if waits else ""
+    together = f" with --jobs {jobs} ({alone} judged again alone{held})" if jobs > 1 else ""
     return (f"KernelBench ran {len(ran)} times here, {sum(ran):.0f} s in all"
             + (f" (mean {sum(ran) / len(ran):.1f} s)" if ran else "") + f"{took}{together}; "
             f"{kept} verdicts kept from earlier.")
@@ -396,12 +401,69 @@ def alone_reason(kb: dict) -> str | None:
     return None
 
 
+def host_need(row: dict) -> int | None:
+    """Bytes a KernelBench child of ``row`` holds on the host at once, at most: the reference's parameters,
+    one trial's inputs (drawn on the CPU, then moved) and outputs, built on the meta device
+    (``sandbox._gpu.estimate``'s floor); None where the problem cannot be built there."""
+    from kernellab.problem import Problem
+    from kernellab.sandbox._gpu import estimate
+
+    try:
+        est = estimate(Problem(name=row["problem"], source=row["reference"]), small=False)  # judged at full size
+    except Exception:
+        return None
+    return est[1] if est else None
+
+
+class HostAdmission:
+    """The host's memory for the children at once: a child starts when the others' needs and its own fit in
+    ``budget`` bytes, or when it would run alone. A need that is unknown counts as ``unknown`` bytes. Level 1's
+    runs draw a 6.4 GB tensor several times on the CPU: without this, ``--jobs`` had to stay at what the
+    largest problems allow, and a host out of memory loses the device call."""
+
+    def __init__(self, budget: int, unknown: int) -> None:
+        self.budget, self.unknown = budget, unknown
+        self.used = self.live = 0
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, need: int | None):
+        n = self.unknown if need is None else need
+        t0 = time.monotonic()
+        with self._cond:
+            while self.live and self.used + n > self.budget and not _STOPPING.is_set():
+                self._cond.wait(0.5)
+            self.used += n
+            self.live += 1
+        try:
+            yield time.monotonic() - t0
+        finally:
+            with self._cond:
+                self.used -= n
+                self.live -= 1
+                self._cond.notify_all()
+
+
+def host_budget(jobs: int) -> tuple[int, int] | None:
+    """(budget, unknown) for :class:`HostAdmission`: what the host has available now above the sandbox's
+    floor, and a fair share of it for a need that is unknown; None where the host's memory is unknown."""
+    from kernellab.sandbox._reference import host_floor, host_memory
+
+    mem = host_memory()
+    if mem is None:
+        return None
+    budget = max(0, mem[0] - host_floor(mem[1]))
+    return budget, budget // max(1, jobs)
+
+
 def judge_all(todo: list[dict], run: Callable[[dict, str | None], dict], jobs: int, turn_file: str,
-              report: Callable[[dict], None] = lambda row: None) -> bool:
+              report: Callable[[dict], None] = lambda row: None, admission: HostAdmission | None = None,
+              need: Callable[[dict], int | None] = host_need) -> bool:
     """``row["kernelbench"] = run(row, gpu_turn)`` for each row of ``todo``, ``jobs`` at a time (taking turns on
     the GPU through ``turn_file``; one at a time: no turns), then again alone where :func:`alone_reason` says.
-    Returns whether it was interrupted: a row judged after the interrupt keeps no verdict (the children
-    were stopped mid-run)."""
+    With ``admission`` a row's child starts only when its ``need`` fits beside the others' (its verdict
+    gets ``host_need_gb`` and ``host_wait_s``). Returns whether it was interrupted: a row judged after the
+    interrupt keeps no verdict (the children were stopped mid-run)."""
     if jobs <= 1:
         for row in todo:
             try:
@@ -413,7 +475,15 @@ def judge_all(todo: list[dict], run: Callable[[dict, str | None], dict], jobs: i
     def one(row: dict) -> None:
         if _STOPPING.is_set():
             return
-        got = run(row, turn_file)
+        if admission is None:
+            got = run(row, turn_file)
+        else:
+            n = need(row)
+            with admission.hold(n) as waited:
+                if _STOPPING.is_set():
+                    return
+                got = run(row, turn_file)
+            got = {**got, "host_need_gb": None if n is None else round(n / 1e9, 2), "host_wait_s": round(waited, 1)}
         if not _STOPPING.is_set():
             row["kernelbench"] = got
             report(row)
@@ -550,7 +620,9 @@ def _main(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kb-crosscheck-turn-") as tmp:
         # a device call's time is up (SIGINT): the verdicts so far are written, the rest marked to run next time
-        interrupted = judge_all(todo, run, args.jobs, str(Path(tmp) / "gpu.lock"), report)
+        budget = host_budget(args.jobs) if args.jobs > 1 else None
+        admission = HostAdmission(*budget) if budget else None
+        interrupted = judge_all(todo, run, args.jobs, str(Path(tmp) / "gpu.lock"), report, admission)
     wall = round(time.monotonic() - t0, 1)
     for r in todo:
         r.setdefault("kernelbench", {"correctness": None, "error": "not run: interrupted"})
@@ -559,7 +631,8 @@ def _main(args: argparse.Namespace) -> int:
     device = env.device_name("cuda")
     result = {"db": args.db, "settings": {"num_correct_trials": args.trials, "num_perf_trials": args.perf_trials,
                                           "timing_method": args.timing_method, "backend": "triton",
-                                          "config_hash": args.config_hash, "jobs": args.jobs},
+                                          "config_hash": args.config_hash, "jobs": args.jobs,
+                                          "host_budget_gb": round(admission.budget / 1e9, 1) if admission else None},
               "wall_s": wall,
               "environment": {"date": stamp.isoformat(timespec="seconds"), "device": device, "versions": env.versions(),
                               "kernelbench": str(kb), "kernelbench_commit": _kb_commit(kb),

@@ -339,6 +339,54 @@ def test_judge_all_runs_side_by_side_and_judges_an_out_of_memory_again_alone() -
     assert calls == [("p0", None), ("p1", None), ("p2", None)]
 
 
+def test_judge_all_admits_host_memory_a_big_run_alone_and_small_ones_together() -> None:
+    # needs in GB against a 10 GB budget: the 6s never together, a 12 alone, the 1s beside anything that fits;
+    # an unknown need counts as the fair share (3)
+    import threading
+    import time
+
+    gb = 10**9
+    needs = {"p0": 6, "p1": 6, "p2": 12, "p3": 1, "p4": 1, "p5": None, "p6": 6}
+    live: dict[str, int] = {}
+    seen: list[tuple[int, int]] = []  # (bytes held, children) whenever one starts
+    guard = threading.Lock()
+
+    def run(row: dict, turn: str | None) -> dict:
+        with guard:
+            live[row["problem"]] = (needs[row["problem"]] or 3) * gb
+            seen.append((sum(live.values()), len(live)))
+        time.sleep(0.15)
+        with guard:
+            del live[row["problem"]]
+        return {"correctness": True}
+
+    rows = [{"problem": p} for p in needs]
+    admission = kbx.HostAdmission(10 * gb, 3 * gb)
+    need = lambda r: None if needs[r["problem"]] is None else needs[r["problem"]] * gb  # noqa: E731
+    assert kbx.judge_all(rows, run, 4, "/tmp/turn.lock", admission=admission, need=need) is False
+    assert len(seen) == 7 and all(held <= 10 * gb or n == 1 for held, n in seen)
+    assert (12 * gb, 1) in seen  # the big one ran, and alone
+    assert max(n for _, n in seen) >= 2  # small ones did run side by side
+    assert admission.used == 0 and admission.live == 0
+    got = {r["problem"]: r["kernelbench"] for r in rows}
+    assert got["p2"]["host_need_gb"] == 12.0 and got["p5"]["host_need_gb"] is None
+    assert all(v["correctness"] and v["host_wait_s"] >= 0 for v in got.values())
+    waited = [v["host_wait_s"] for v in got.values()]
+    assert max(waited) >= 0.1  # someone waited for another's memory
+    assert "waiting for host memory" in kbx._cost_line([{"kernelbench": {**v, "seconds": 0.15}} for v in got.values()],
+                                                        1.0, 4)
+
+
+def test_host_need_of_a_kernelbench_file_at_full_size() -> None:
+    src = (ROOT / "tests" / "problems" / "kb_gemm_add_relu.py").read_text()
+    need = kbx.host_need({"problem": "g", "reference": src, "small": True})  # judged at full size all the same
+    full = kbx.host_need({"problem": "g", "reference": src})
+    assert need == full and need > 10**6
+    assert kbx.host_need({"problem": "bad", "reference": "this is not python"}) is None
+    budget, unknown = kbx.host_budget(4)
+    assert 0 <= unknown <= budget and unknown == budget // 4
+
+
 def test_judge_all_interrupted_keeps_only_the_verdicts_finished_before(tmp_path: Path) -> None:
     # in a child with Python's own SIGINT handler: this process may hold kernellab's (an in-process CLI test's),
     # whose stop a real SIGINT here would set off
