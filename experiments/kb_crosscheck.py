@@ -18,9 +18,9 @@ KernelBench's commit and the date.
 KernelBench's inputs on the CPU seven times (``get_inputs()``, 6.4 GB a tensor at level 1). The GPU stays
 one child's at a time (:class:`_GpuTurn`): a child holds it for all its work but the problem's
 ``get_inputs()``, so every timing runs with the GPU to itself; a run that ran out of memory beside the
-others is judged again alone. The host's memory is admitted too (:class:`HostAdmission`): a child starts
-when its problem's parameters, inputs and outputs (meta device) fit beside the running children's in what
-the host had available at the start above the sandbox's floor, or when it would run alone.
+others is judged again alone. Memory is admitted too (:class:`HostAdmission`): a child starts when its
+problem's parameters, inputs and outputs (meta device) fit beside the running children's in what the host
+had available at the start above the sandbox's floor, and in half the card, or when it would run alone.
 
 KernelBench's eval is CUDA-only: without a CUDA device the script stops with one line (exit 2).
 Known differences it may show: KernelBench casts every input tensor to the precision (integer
@@ -444,15 +444,20 @@ class HostAdmission:
                 self._cond.notify_all()
 
 
-def host_budget(jobs: int) -> tuple[int, int] | None:
+def host_budget(jobs: int, device_bytes: int | None = None) -> tuple[int, int] | None:
     """(budget, unknown) for :class:`HostAdmission`: what the host has available now above the sandbox's
-    floor, and a fair share of it for a need that is unknown; None where the host's memory is unknown."""
+    floor, and a fair share of it for a need that is unknown; None where the host's memory is unknown.
+    ``device_bytes`` (the card's memory) caps it at half the card less 4 GiB: a child keeps its parameters,
+    inputs and both models' outputs on the card between its turns, about twice what it holds on the host
+    (a run out of memory beside the others is judged again alone, at the cost of a second run)."""
     from kernellab.sandbox._reference import host_floor, host_memory
 
     mem = host_memory()
     if mem is None:
         return None
     budget = max(0, mem[0] - host_floor(mem[1]))
+    if device_bytes:
+        budget = min(budget, max(0, device_bytes // 2 - 4 * 2**30))
     return budget, budget // max(1, jobs)
 
 
@@ -620,7 +625,11 @@ def _main(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kb-crosscheck-turn-") as tmp:
         # a device call's time is up (SIGINT): the verdicts so far are written, the rest marked to run next time
-        budget = host_budget(args.jobs) if args.jobs > 1 else None
+        budget = None
+        if args.jobs > 1:
+            import torch
+
+            budget = host_budget(args.jobs, torch.cuda.get_device_properties(0).total_memory)
         admission = HostAdmission(*budget) if budget else None
         interrupted = judge_all(todo, run, args.jobs, str(Path(tmp) / "gpu.lock"), report, admission)
     wall = round(time.monotonic() - t0, 1)
