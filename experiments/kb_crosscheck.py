@@ -458,7 +458,7 @@ def host_budget(jobs: int, device_bytes: int | None = None) -> tuple[int, int] |
     budget = max(0, mem[0] - host_floor(mem[1]))
     if device_bytes:
         budget = min(budget, max(0, device_bytes // 2 - 4 * 2**30))
-    return budget, budget // max(1, jobs)
+    return budget, max(1, budget // max(1, jobs))  # never 0: an unknown need does not fit in a budget of none
 
 
 def judge_all(todo: list[dict], run: Callable[[dict, str | None], dict], jobs: int, turn_file: str,
