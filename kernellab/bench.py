@@ -46,7 +46,7 @@ from kernellab.campaign import (
     start_campaign,
 )
 from kernellab.fileio import write_atomic
-from kernellab.problem import Problem, load_problem
+from kernellab.problem import Problem, load_problem, validate
 from kernellab.vocab import KERNEL_WIN_SHARE, Kind, Status, best_key, counts_as_kernel_win, small_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -333,7 +333,9 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     from kernellab import sandbox
 
     paths = suite_paths(suite)
-    problems = [load_problem(p) for p in paths]  # all-or-nothing: a bad file stops before any work
+    # read and checked without running: a finished problem is scored from the database, and running all 170 of
+    # KernelBench's references at small sizes took 15-25 s of every suite call before its first problem started
+    problems = [load_problem(p, validate_run=False) for p in paths]
     mine = shard_indices(paths, shard)
     CampaignConfig(problems=[str(p) for p in paths], **config_kw).validate()
     cfg = {**bench_config(config_kw), **(extra or {})}
@@ -352,6 +354,8 @@ def run_bench(suite: str, store: Any, config_kw: dict, name: str | None = None, 
     if unknown:
         raise BenchError(f"--rerun {unknown[0]}: not a problem of {suite}")
     todo, skipped, resumed, again = _plan(reader, problems, mine, frozenset(ids_of[x] for x in rerun))
+    for i, _ in todo:  # all-or-nothing: a file with work to do that does not run stops the bench before any work
+        validate(problems[i], run=True)
     if todo:  # options, policy and LLM backend checked once, before anything is written
         # the suite's scores and each campaign's winner compare timings of one device
         index = bench_campaigns(store, chash)
@@ -586,7 +590,7 @@ def bench_summary(suite: str, stores: Sequence[Any], config_kw: dict, name: str 
     """Score the suite from what ``stores`` hold (e.g. one database per shard) under the configuration
     ``config_kw`` describes, running nothing; writes the result files like ``run_bench``."""
     paths = suite_paths(suite)
-    problems = [load_problem(p) for p in paths]
+    problems = [load_problem(p, validate_run=False) for p in paths]  # scored from the stores: nothing runs
     cfg = bench_config(config_kw)
     chash = config_hash(cfg)
     rows = _Rows(stores, problems, paths, chash, cfg["objective"], allow_library).all()

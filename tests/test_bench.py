@@ -92,6 +92,7 @@ from kernellab.bench import (  # noqa: E402
     shard_indices,
 )
 from kernellab.fileio import write_atomic  # noqa: E402
+from kernellab.problem import ProblemError  # noqa: E402
 from kernellab.progress import Progress  # noqa: E402
 from kernellab.store import Store  # noqa: E402
 
@@ -610,3 +611,28 @@ def test_rerun_runs_a_finished_problem_once_more_and_the_rerun_counts(tmp_path: 
     before, watch = _counts(tmp_path / "a.db"), _Watch()
     run_bench(str(suite), store, TINY_KW, out_dir=out, progress=watch, rerun=["softmax"])
     assert watch.evaluated == 0 and _counts(tmp_path / "a.db") == before
+
+
+def test_only_problems_with_work_are_run_before_the_bench_and_a_broken_one_stops_it(tmp_path: Path) -> None:
+    # validating a file runs its reference (get_inputs and the model, at small sizes): the bench does it for the
+    # problems it will run, not for the finished ones it scores from the database (170 of them took 15-25 s of
+    # every suite call); a new file that does not run still stops the bench before any work
+    marker = tmp_path / "drawn.txt"
+    src = (ROOT / TINY[0]).read_text().replace(
+        "def get_inputs():\n", f"def get_inputs():\n    open({str(marker)!r}, 'a').write('x')\n")
+    assert src != (ROOT / TINY[0]).read_text()
+    d = tmp_path / "suite"
+    d.mkdir()
+    (d / "softmax_marked.py").write_text(src)
+    store = Store(tmp_path / "b.db")
+    out = tmp_path / "out"
+    first, _, _ = run_bench(str(d), store, TINY_KW, out_dir=out)
+    assert first["complete"] and marker.read_text()  # validated, then run (in the parent: the checks' draws)
+    marker.unlink()
+    again, _, _ = run_bench(str(d), store, TINY_KW, out_dir=out)
+    assert again["complete"] and not marker.exists()  # finished: scored, nothing of it ran
+    (d / "broken.py").write_text(src.replace("return [torch.randn(rows, cols)]", "return [torch.randn(rows, cols, 'x')]"))
+    campaigns = len(store.list_campaigns())
+    with pytest.raises(ProblemError, match="broken.py"):
+        run_bench(str(d), store, TINY_KW, out_dir=out)
+    assert len(store.list_campaigns()) == campaigns
