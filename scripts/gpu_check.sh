@@ -31,14 +31,16 @@ steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(env tests)
 
 # KERNELLAB_SKIP_INSTALL=1: an earlier gpu_check.sh of this call installed already (lanes run side by side,
-# one per GPU, and must not install into /tmp/site at the same time)
+# one per GPU, and must not install into the site folder at the same time). KERNELLAB_SITE: that folder
+# [/tmp/site] (the CPU tests of the scripts point it at an empty one: .whl's wheels are the GPU host's Python's)
+SITE=${KERNELLAB_SITE:-/tmp/site}
 if [ -z "${KERNELLAB_SKIP_INSTALL:-}" ]; then
   if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl || exit 3
   fi
-  $PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target /tmp/site . || exit 3
+  $PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$SITE" . || exit 3
 fi
-export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 # the GPUs this call may use: CUDA_VISIBLE_DEVICES where set, else every GPU of the host. The parallel tests
 # spread their xdist workers over them (tests/conftest.py); a bench runs one shard per GPU.
 if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then

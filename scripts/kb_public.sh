@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 bash scripts/gpu_check.sh env || exit 3
-export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 KERNELBENCH_DIR=$PWD/.kb
+export PYTHONPATH=${KERNELLAB_SITE:-/tmp/site}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 KERNELBENCH_DIR=$PWD/.kb
 PY=${PYTHON:-python3}
 if [ -n "${SOLO:-}" ]; then
   t0=$(date +%s%N)

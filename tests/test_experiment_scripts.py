@@ -281,7 +281,11 @@ def test_kb_public_call_keeps_its_database_when_the_host_watch_stops_the_bench(t
     suite = tmp_path / "kb"
     suite.mkdir()
     shutil.copy(ROOT / "experiments" / "problems" / "ops" / "softmax.py", suite / "23_Softmax.py")
-    env = {**ENV, "PYTHON": sys.executable, "KB_SUITE": str(suite / "*.py"), "KB_TIMEOUT": "300", "KERNELLAB_COMMIT": "test"}
+    # this tree as it is, on PYTHONPATH: nothing installed (a .whl folder made for the GPU host holds its Python's
+    # wheels), and an empty site folder, so no earlier install shadows the tree
+    (tmp_path / "site").mkdir()
+    env = {**ENV, "PYTHON": sys.executable, "KB_SUITE": str(suite / "*.py"), "KB_TIMEOUT": "300", "KERNELLAB_COMMIT": "test",
+           "KERNELLAB_SKIP_INSTALL": "1", "KERNELLAB_SITE": str(tmp_path / "site")}
 
     def call(out: Path, **more: str) -> str:
         p = subprocess.run(["bash", "scripts/kb_public.sh"], cwd=ROOT, env={**env, "OUT": str(out), **more},
@@ -292,8 +296,33 @@ def test_kb_public_call_keeps_its_database_when_the_host_watch_stops_the_bench(t
     cut = call(tmp_path / "cut", KB_HOST_FLOOR_GB="1e9")
     assert "kb_public: bench rc 137 " in cut and "host_watch: host memory: " in (tmp_path / "cut" / "kb-bench.log").read_text()
     assert (tmp_path / "cut" / "kb-public.db.gz").stat().st_size > 0
-    full = call(tmp_path / "full")
+    full = call(tmp_path / "call" / "kb")
     assert "kb_public: bench rc 0 " in full
-    (page,) = (tmp_path / "full").glob("*-kb-public.json")
+    (page,) = (tmp_path / "call" / "kb").glob("*-kb-public.json")
     (row,) = json.loads(page.read_text())["problems"]
     assert row["problem"] == "23_Softmax" and row["correct"]
+
+    # what the call brought back, kept under the progress page's names (as the device tool leaves it: read-only)
+    for f in (tmp_path / "call" / "kb").iterdir():
+        f.chmod(0o444)
+    results = tmp_path / "results"
+    saved = run("experiments/kb_save_call.py", str(tmp_path / "call"), "s99-call1", "--results", str(results))
+    assert saved.returncode == 0, saved.stderr
+    stem = f"{page.name[:10]}-cpu-x86-64-triton-interp-kb-public-s99-call1"
+    for suffix in (".json", ".md", ".log"):
+        assert (results / (stem + suffix)).stat().st_mode & 0o777 == 0o644
+    assert (results / "kb-public-level12-budget4.db.gz").read_bytes() == (tmp_path / "call" / "kb" / "kb-public.db.gz").read_bytes()
+    assert "| test | 1 (1/1) | ? (bench " in saved.stdout and f"`{stem}.md` |" in saved.stdout
+    # a database of another device's results is not replaced by this one, and nothing is written
+    import gzip
+
+    from kernellab.store import Store
+
+    with Store(tmp_path / "h200.db") as store:
+        store.create_campaign("bench-x", {"budget": 4}, "NVIDIA H200", {})
+    (results / "kb-public-level12-budget4.db.gz").write_bytes(gzip.compress((tmp_path / "h200.db").read_bytes()))
+    before = sorted(p.name for p in results.iterdir())
+    refused = run("experiments/kb_save_call.py", str(tmp_path / "call"), "s99-call2", "--results", str(results))
+    assert refused.returncode == 2 and refused.stdout == "" and len(refused.stderr.strip().splitlines()) == 1
+    assert "one database holds one device's timings" in refused.stderr and "NVIDIA H200" in refused.stderr
+    assert sorted(p.name for p in results.iterdir()) == before
