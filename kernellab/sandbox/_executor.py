@@ -100,12 +100,13 @@ class LocalExecutor(_Slots, _Admission, _JobLoop, Executor):
                 gpu_bytes = int(float(env_bytes))
             except ValueError:
                 raise SandboxError(f"KERNELLAB_GPU_BYTES must be a number of bytes, got {env_bytes!r}") from None
-        floor = os.environ.get("KERNELLAB_SANDBOX_HOST_FLOOR_BYTES")  # read by the workers (_reference.host_floor)
+        from ._reference import HOST_FLOOR_ENV, host_floor_setting
+
         try:
-            if floor is not None and float(floor) < 0:
-                raise ValueError
+            host_floor_setting()  # read again by the workers (_reference.host_floor)
         except ValueError:
-            raise SandboxError(f"KERNELLAB_SANDBOX_HOST_FLOOR_BYTES must be a number of bytes >= 0, got {floor!r}") from None
+            raise SandboxError(f"{HOST_FLOOR_ENV} must be a number of bytes >= 0, "
+                               f"got {os.environ.get(HOST_FLOOR_ENV)!r}") from None
         if gpu_bytes is not None and gpu_bytes <= 0:
             raise SandboxError(f"gpu_bytes must be a positive number of bytes, got {gpu_bytes!r}")
         self.gpu_bytes = gpu_bytes

@@ -150,11 +150,26 @@ def host_memory(meminfo: str = "/proc/meminfo") -> tuple[int, int] | None:
         return None
 
 
-def host_floor(total: int) -> int:
-    """What the host keeps free by default: a sixteenth of its memory, at least 4 GiB or an eighth (8 GiB of
-    128, 3 GiB of 24)."""
+def host_floor_setting() -> int | None:
+    """``KERNELLAB_SANDBOX_HOST_FLOOR_BYTES`` in bytes, None where it is not set; ValueError where it is not a
+    number of bytes >= 0 (the executor refuses it before any worker starts)."""
     env = os.environ.get(HOST_FLOOR_ENV)
-    return int(float(env)) if env else max(total // 16, min(4 * GIB, total // 8))
+    if env is None:
+        return None
+    try:
+        n = int(float(env))
+    except OverflowError:
+        raise ValueError(env) from None
+    if n < 0:
+        raise ValueError(env)
+    return n
+
+
+def host_floor(total: int) -> int:
+    """What the host keeps free: :func:`host_floor_setting`, else a sixteenth of its memory, at least 4 GiB or
+    an eighth (8 GiB of 128, 3 GiB of 24)."""
+    setting = host_floor_setting()
+    return setting if setting is not None else max(total // 16, min(4 * GIB, total // 8))
 
 
 def host_short(nbytes: int, meminfo: str = "/proc/meminfo") -> str | None:

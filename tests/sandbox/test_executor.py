@@ -451,7 +451,7 @@ def test_reference_outputs_the_host_has_no_room_for_are_an_infra_oom_not_a_host_
 
 
 def test_a_host_floor_that_is_not_a_number_of_bytes_is_refused_before_any_worker_starts(monkeypatch):
-    for bad in ("8GB", "-1"):
+    for bad in ("8GB", "-1", "", "inf", "nan"):
         monkeypatch.setenv("KERNELLAB_SANDBOX_HOST_FLOOR_BYTES", bad)
         with pytest.raises(SandboxError, match="KERNELLAB_SANDBOX_HOST_FLOOR_BYTES must be a number of bytes"):
             LocalExecutor(cpu_workers=1)
