@@ -17,25 +17,16 @@ import argparse
 import datetime as dt
 import glob
 import json
-import os
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from kernellab.env import git_commit  # noqa: E402 (the tree, once ROOT is on the path)
+
 RESULTS = ROOT / "experiments" / "results"
 GROWS = ("full", "trial", "profile")
-
-
-def commit() -> str | None:
-    if os.environ.get("KERNELLAB_COMMIT"):
-        return os.environ["KERNELLAB_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def per_campaign(db: str, config_hash: str | None) -> tuple[int, dict[str, float], int | None]:
@@ -82,7 +73,7 @@ def estimate(args: argparse.Namespace) -> dict:
     now = sum(kinds.values())
     grows = sum(v for k, v in kinds.items() if k in GROWS)
     low, high = now + grows * (factor - 1), now * factor
-    out = {"date": dt.date.today().isoformat(), "commit": commit(), "db": Path(args.db).name, "finished_campaigns": n,
+    out = {"date": dt.date.today().isoformat(), "commit": git_commit(), "db": Path(args.db).name, "finished_campaigns": n,
            "base_budget": budget, "budget": args.budget, "problems": args.problems,
            "evaluations_per_campaign": {k: round(v, 2) for k, v in sorted(kinds.items())}, "pace": p}
     for tag, per in (("low", low), ("high", high)):
