@@ -36,6 +36,15 @@ sys.path.insert(0, str(ROOT))
 GIB = 2**30
 
 
+def _stat(pid: int | str) -> list[str] | None:
+    """/proc/PID/stat's fields after the command's name (state, parent, ...), None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+
+
 def process_tree(pid: int) -> list[int]:
     """``pid`` and its descendants, by the parent links in /proc (``[pid]`` without /proc): the sandbox's
     workers start their own sessions, so the bench's process group does not hold them."""
@@ -45,12 +54,10 @@ def process_tree(pid: int) -> list[int]:
         return [pid]
     children: dict[int, list[int]] = {}
     for name in entries:
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                ppid = int(f.read().rpartition(")")[2].split()[1])
-        except (OSError, ValueError, IndexError):
+        fields = _stat(name)
+        if fields is None or len(fields) < 2:
             continue  # gone meanwhile
-        children.setdefault(ppid, []).append(int(name))
+        children.setdefault(int(fields[1]), []).append(int(name))
     tree, todo = [], [pid]
     while todo:
         p = todo.pop()
@@ -80,11 +87,10 @@ def kill_tree(pid: int) -> list[int]:
 
 def _gone(pid: int) -> bool:
     """Ended (a zombie not yet reaped, or no such process): nothing of it left to stop."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] in ("Z", "X")
-    except OSError:
+    fields = _stat(pid)
+    if fields is None:
         return os.path.isdir("/proc/self")  # no /proc: never known gone; halt ends the watch
+    return fields[0] in ("Z", "X")
 
 
 def default_floor(total: int) -> int:
