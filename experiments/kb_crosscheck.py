@@ -18,9 +18,9 @@ KernelBench's commit and the date.
 KernelBench's inputs on the CPU seven times (``get_inputs()``, 6.4 GB a tensor at level 1). The GPU stays
 one child's at a time (:class:`_GpuTurn`): a child holds it for all its work but the problem's
 ``get_inputs()``, so every timing runs with the GPU to itself; a run that ran out of memory beside the
-others is judged again alone. Memory is admitted too (:class:`HostAdmission`): a child starts when its
-problem's parameters, inputs and outputs (meta device) fit beside the running children's in what the host
-had available at the start above the sandbox's floor, and in half the card, or when it would run alone.
+others is judged again alone. Memory is admitted too (:func:`host_admission`, the sandbox's own admission): a
+child starts when its problem's parameters, inputs and outputs (meta device) fit beside the running children's
+in what the host had available at the start above the sandbox's floor, and in half the card, or alone.
 
 KernelBench's eval is CUDA-only: without a CUDA device the script stops with one line (exit 2).
 Known differences it may show: KernelBench casts every input tensor to the precision (integer
@@ -415,41 +415,15 @@ def host_need(row: dict) -> int | None:
     return est[1] if est else None
 
 
-class HostAdmission:
-    """The host's memory for the children at once: a child starts when the others' needs and its own fit in
-    ``budget`` bytes, or when it would run alone. A need that is unknown counts as ``unknown`` bytes. Level 1's
-    runs draw a 6.4 GB tensor several times on the CPU: without this, ``--jobs`` had to stay at what the
-    largest problems allow, and a host out of memory loses the device call."""
-
-    def __init__(self, budget: int, unknown: int) -> None:
-        self.budget, self.unknown = budget, unknown
-        self.used = self.live = 0
-        self._cond = threading.Condition()
-
-    @contextlib.contextmanager
-    def hold(self, need: int | None):
-        n = self.unknown if need is None else need
-        t0 = time.monotonic()
-        with self._cond:
-            while self.live and self.used + n > self.budget and not _STOPPING.is_set():
-                self._cond.wait(0.5)
-            self.used += n
-            self.live += 1
-        try:
-            yield time.monotonic() - t0
-        finally:
-            with self._cond:
-                self.used -= n
-                self.live -= 1
-                self._cond.notify_all()
-
-
-def host_budget(jobs: int, device_bytes: int | None = None) -> tuple[int, int] | None:
-    """(budget, unknown) for :class:`HostAdmission`: what the host has available now above the sandbox's
-    floor, and a fair share of it for a need that is unknown; None where the host's memory is unknown.
-    ``device_bytes`` (the card's memory) caps it at half the card less 4 GiB: a child keeps its parameters,
-    inputs and both models' outputs on the card between its turns, about twice what it holds on the host
-    (a run out of memory beside the others is judged again alone, at the cost of a second run)."""
+def host_admission(device_bytes: int | None = None) -> Any:
+    """The children's memory admission: the sandbox's own :class:`~kernellab.sandbox._gpu.MemoryBudget` (as
+    many at once as fit, one whose need is unknown or above the budget alone, a large one passed at most
+    ``MAX_BYPASS`` times) over what the host has available now above the sandbox's floor; None where the
+    host's memory is unknown. ``device_bytes`` (the card's memory) caps it at half the card less 4 GiB: a child
+    keeps its parameters, inputs and both models' outputs on the card between its turns, about twice what it
+    holds on the host (a run out of memory beside the others is judged again alone, at the cost of a second
+    run). At least 1 byte: a budget of none admits one child at a time."""
+    from kernellab.sandbox._gpu import MemoryBudget
     from kernellab.sandbox._reference import host_floor, host_memory
 
     mem = host_memory()
@@ -458,15 +432,15 @@ def host_budget(jobs: int, device_bytes: int | None = None) -> tuple[int, int] |
     budget = max(0, mem[0] - host_floor(mem[1]))
     if device_bytes:
         budget = min(budget, max(0, device_bytes // 2 - 4 * 2**30))
-    return budget, max(1, budget // max(1, jobs))  # never 0: an unknown need does not fit in a budget of none
+    return MemoryBudget(max(1, budget))
 
 
 def judge_all(todo: list[dict], run: Callable[[dict, str | None], dict], jobs: int, turn_file: str,
-              report: Callable[[dict], None] = lambda row: None, admission: HostAdmission | None = None,
+              report: Callable[[dict], None] = lambda row: None, admission: Any = None,
               need: Callable[[dict], int | None] = host_need) -> bool:
     """``row["kernelbench"] = run(row, gpu_turn)`` for each row of ``todo``, ``jobs`` at a time (taking turns on
     the GPU through ``turn_file``; one at a time: no turns), then again alone where :func:`alone_reason` says.
-    With ``admission`` a row's child starts only when its ``need`` fits beside the others' (its verdict
+    With ``admission`` (:func:`host_admission`) a row's child starts only when its ``need`` is admitted (its verdict
     gets ``host_need_gb`` and ``host_wait_s``). Returns whether it was interrupted: a row judged after the
     interrupt keeps no verdict (the children were stopped mid-run)."""
     if jobs <= 1:
@@ -484,7 +458,9 @@ def judge_all(todo: list[dict], run: Callable[[dict, str | None], dict], jobs: i
             got = run(row, turn_file)
         else:
             n = need(row)
-            with admission.hold(n) as waited:
+            t0 = time.monotonic()
+            with admission.admitted(n):
+                waited = time.monotonic() - t0
                 if _STOPPING.is_set():
                     return
                 got = run(row, turn_file)
@@ -625,12 +601,11 @@ def _main(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kb-crosscheck-turn-") as tmp:
         # a device call's time is up (SIGINT): the verdicts so far are written, the rest marked to run next time
-        budget = None
+        admission = None
         if args.jobs > 1:
             import torch
 
-            budget = host_budget(args.jobs, torch.cuda.get_device_properties(0).total_memory)
-        admission = HostAdmission(*budget) if budget else None
+            admission = host_admission(torch.cuda.get_device_properties(0).total_memory)
         interrupted = judge_all(todo, run, args.jobs, str(Path(tmp) / "gpu.lock"), report, admission)
     wall = round(time.monotonic() - t0, 1)
     for r in todo:

@@ -340,8 +340,8 @@ def test_judge_all_runs_side_by_side_and_judges_an_out_of_memory_again_alone() -
 
 
 def test_judge_all_admits_host_memory_a_big_run_alone_and_small_ones_together() -> None:
-    # needs in GB against a 10 GB budget: the 6s never together, a 12 alone, the 1s beside anything that fits;
-    # an unknown need counts as the fair share (3)
+    # needs in GB against a 10 GB budget (the sandbox's MemoryBudget): the 6s never together, a 12 alone, the 1s
+    # beside anything that fits; an unknown need alone too
     import threading
     import time
 
@@ -349,25 +349,30 @@ def test_judge_all_admits_host_memory_a_big_run_alone_and_small_ones_together() 
     needs = {"p0": 6, "p1": 6, "p2": 12, "p3": 1, "p4": 1, "p5": None, "p6": 6}
     live: dict[str, int] = {}
     seen: list[tuple[int, int]] = []  # (bytes held, children) whenever one starts
+    starts: dict[str, int] = {}  # children running when each started, itself included
     guard = threading.Lock()
 
     def run(row: dict, turn: str | None) -> dict:
         with guard:
             live[row["problem"]] = (needs[row["problem"]] or 3) * gb
             seen.append((sum(live.values()), len(live)))
+            starts[row["problem"]] = len(live)
         time.sleep(0.15)
         with guard:
             del live[row["problem"]]
         return {"correctness": True}
 
     rows = [{"problem": p} for p in needs]
-    admission = kbx.HostAdmission(10 * gb, 3 * gb)
+    from kernellab.sandbox._gpu import MemoryBudget
+
+    admission = MemoryBudget(10 * gb)
     need = lambda r: None if needs[r["problem"]] is None else needs[r["problem"]] * gb  # noqa: E731
     assert kbx.judge_all(rows, run, 4, "/tmp/turn.lock", admission=admission, need=need) is False
     assert len(seen) == 7 and all(held <= 10 * gb or n == 1 for held, n in seen)
     assert (12 * gb, 1) in seen  # the big one ran, and alone
+    assert starts["p5"] == 1  # so did the one of unknown need
     assert max(n for _, n in seen) >= 2  # small ones did run side by side
-    assert admission.used == 0 and admission.live == 0
+    assert admission.used == 0 and admission.jobs == 0
     got = {r["problem"]: r["kernelbench"] for r in rows}
     assert got["p2"]["host_need_gb"] == 12.0 and got["p5"]["host_need_gb"] is None
     assert all(v["correctness"] and v["host_wait_s"] >= 0 for v in got.values())
@@ -383,11 +388,12 @@ def test_host_need_of_a_kernelbench_file_at_full_size() -> None:
     full = kbx.host_need({"problem": "g", "reference": src})
     assert need == full and need > 10**6
     assert kbx.host_need({"problem": "bad", "reference": "this is not python"}) is None
-    budget, unknown = kbx.host_budget(4)
-    assert 0 <= unknown <= budget and unknown == budget // 4
+    assert kbx.host_admission().budget >= 1
     gib = 2**30
-    assert kbx.host_budget(4, 16 * gib)[0] <= 4 * gib  # at most half of a 16 GiB card, less 4 GiB
-    assert kbx.host_budget(4, 8 * gib) == (0, 1)  # nothing beside another: every child alone
+    assert kbx.host_admission(16 * gib).budget <= 4 * gib  # at most half of a 16 GiB card, less 4 GiB
+    none = kbx.host_admission(8 * gib)  # nothing beside another: every child alone
+    assert none.budget == 1 and none.admit(10**9) == (1, True) and not none.fits_now(1)
+    none.release(1)
 
 
 def test_judge_all_interrupted_keeps_only_the_verdicts_finished_before(tmp_path: Path) -> None:
