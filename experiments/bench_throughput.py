@@ -108,13 +108,13 @@ def reference_gb(path: Path) -> float | None:
     floor, built on the meta device (``sandbox._gpu.estimate``); None when it cannot be built there (its
     estimate is unknown: kept)."""
     from kernellab.problem import load_problem
-    from kernellab.sandbox._gpu import estimate
+    from kernellab.sandbox._gpu import estimate_floor_bytes
 
     try:
-        est = estimate(load_problem(path), small=False)
-    except Exception:
+        floor = estimate_floor_bytes(load_problem(path), small=False)
+    except Exception:  # a file that does not load: unknown, as one the meta device cannot build
         return None
-    return est[1] / 1e9 if est else None
+    return floor / 1e9 if floor is not None else None
 
 
 def select_suite(kb: Path, max_ref_gb: float) -> list[dict]:

@@ -406,13 +406,9 @@ def host_need(row: dict) -> int | None:
     one trial's inputs (drawn on the CPU, then moved) and outputs, built on the meta device
     (``sandbox._gpu.estimate``'s floor); None where the problem cannot be built there."""
     from kernellab.problem import Problem
-    from kernellab.sandbox._gpu import estimate
+    from kernellab.sandbox._gpu import estimate_floor_bytes
 
-    try:
-        est = estimate(Problem(name=row["problem"], source=row["reference"]), small=False)  # judged at full size
-    except Exception:
-        return None
-    return est[1] if est else None
+    return estimate_floor_bytes(Problem(name=row["problem"], source=row["reference"]), small=False)  # full size
 
 
 def host_admission(device_bytes: int | None = None) -> Any:

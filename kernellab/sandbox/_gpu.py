@@ -423,6 +423,12 @@ def estimate_bytes(problem: Any, small: bool) -> int | None:
     return est[0] if est else None
 
 
+def estimate_floor_bytes(problem: Any, small: bool) -> int | None:
+    """The least ``problem``'s reference holds at once (see :func:`estimate`), or None when unknown."""
+    est = estimate(problem, small)
+    return est[1] if est else None
+
+
 def estimate(problem: Any, small: bool, strict: bool = False) -> tuple[int, int] | None:
     """(footprint, floor) of a job of ``problem``, built on the meta device (its sizes without
     memory): the floor is its parameters, one trial's inputs and outputs, what the reference needs
