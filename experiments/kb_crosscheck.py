@@ -467,16 +467,29 @@ def judge_all(todo: list[dict], run: Callable[[dict, str | None], dict], jobs: i
 
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kb-crosscheck")
     _STOPPING.clear()
+    # A SIGINT only sets a flag here: raised as KeyboardInterrupt it could land inside a lock's release in
+    # wait() and surface as "RuntimeError: release unlocked lock" (the H200 cross-check of session 34), past
+    # the handler below, leaving the children running and no page written.
+    interrupted = threading.Event()
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set()) if main else None
     try:
         pending = {pool.submit(one, row) for row in todo}
-        while pending:  # in short waits: a SIGINT reaches the main thread between them
+        while pending and not interrupted.is_set():
             done, pending = wait(pending, timeout=0.5)
             for f in done:
                 f.result()
-    except KeyboardInterrupt:
+        if interrupted.is_set():
+            _stop_children()
+            pool.shutdown(wait=True, cancel_futures=True)
+            return True
+    except KeyboardInterrupt:  # off the main thread's handler (a caller's own)
         _stop_children()
         pool.shutdown(wait=True, cancel_futures=True)
         return True
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, old)
     pool.shutdown()
     for row in todo:
         why = alone_reason(row.get("kernelbench") or {})

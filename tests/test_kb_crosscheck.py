@@ -423,3 +423,38 @@ print(json.dumps({{"stopped": stopped, "s": time.monotonic() - t0, "rows": rows}
     assert out["stopped"] is True and out["s"] < 3.0, out  # the runs not started were cancelled
     assert out["rows"][0]["kernelbench"] == {"correctness": True}
     assert ["kernelbench" in row for row in out["rows"][1:]] == [False, False, False]
+
+
+def test_judge_all_survives_a_burst_of_interrupts(tmp_path: Path) -> None:
+    # SIGINTs one after another while it waits and while it stops its runs: each used to raise where it landed
+    # (once inside a lock's release, on the H200: "release unlocked lock"), past the stop; now it returns
+    code = f"""
+import importlib.util, json, os, signal, threading, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
+spec = importlib.util.spec_from_file_location("kbx", {str(SCRIPT)!r})
+kbx = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(kbx)
+
+def run(row, turn):
+    time.sleep(1.5)  # running until the burst is over
+    return {{"correctness": True}}
+
+def burst():
+    time.sleep(0.3)
+    for _ in range(100):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.002)
+
+rows = [{{"problem": f"p{{i}}"}} for i in range(6)]
+threading.Thread(target=burst, daemon=True).start()
+stopped = kbx.judge_all(rows, run, 2, {str(tmp_path / "turn.lock")!r})
+time.sleep(0.5)  # the caller's own handler is back
+print(json.dumps({{"stopped": stopped, "handler": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+                  "rows": rows}}))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["stopped"] is True and out["handler"] is True, out
+    assert not any("kernelbench" in row for row in out["rows"]), out  # stopped mid-run: no verdict kept
+
