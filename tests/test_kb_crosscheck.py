@@ -435,8 +435,11 @@ spec = importlib.util.spec_from_file_location("kbx", {str(SCRIPT)!r})
 kbx = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(kbx)
 
+over = threading.Event()
+
 def run(row, turn):
-    time.sleep(1.5)  # running until the burst is over
+    over.wait(30)  # running until the burst is over: no SIGINT comes after judge_all returns
+    time.sleep(0.1)
     return {{"correctness": True}}
 
 def burst():
@@ -444,11 +447,11 @@ def burst():
     for _ in range(100):
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.002)
+    over.set()
 
 rows = [{{"problem": f"p{{i}}"}} for i in range(6)]
 threading.Thread(target=burst, daemon=True).start()
 stopped = kbx.judge_all(rows, run, 2, {str(tmp_path / "turn.lock")!r})
-time.sleep(0.5)  # the caller's own handler is back
 print(json.dumps({{"stopped": stopped, "handler": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
                   "rows": rows}}))
 """
