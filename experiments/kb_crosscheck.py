@@ -483,7 +483,7 @@ def judge_all(todo: list[dict], run: Callable[[dict, str | None], dict], jobs: i
             _stop_children()
             pool.shutdown(wait=True, cancel_futures=True)
             return True
-    except KeyboardInterrupt:  # off the main thread's handler (a caller's own)
+    except KeyboardInterrupt:  # judged off the main thread (the caller's handler raises), or a run's own
         _stop_children()
         pool.shutdown(wait=True, cancel_futures=True)
         return True
