@@ -396,16 +396,19 @@ def test_host_need_of_a_kernelbench_file_at_full_size() -> None:
     none.release(1)
 
 
-def test_judge_all_interrupted_keeps_only_the_verdicts_finished_before(tmp_path: Path) -> None:
-    # in a child with Python's own SIGINT handler: this process may hold kernellab's (an in-process CLI test's),
-    # whose stop a real SIGINT here would set off
-    code = f"""
+# a child with Python's own SIGINT handler, the script loaded as kbx: this process may hold kernellab's handler (an
+# in-process CLI test's), whose stop a real SIGINT here would set off
+_JUDGE_ALL_CHILD = f"""
 import importlib.util, json, os, signal, threading, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
 spec = importlib.util.spec_from_file_location("kbx", {str(SCRIPT)!r})
 kbx = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(kbx)
+"""
 
+
+def test_judge_all_interrupted_keeps_only_the_verdicts_finished_before(tmp_path: Path) -> None:
+    code = _JUDGE_ALL_CHILD + f"""
 def run(row, turn):
     if row["problem"] != "p0":
         time.sleep(1.5)  # still running at the interrupt
@@ -428,13 +431,7 @@ print(json.dumps({{"stopped": stopped, "s": time.monotonic() - t0, "rows": rows}
 def test_judge_all_survives_a_burst_of_interrupts(tmp_path: Path) -> None:
     # SIGINTs one after another while it waits and while it stops its runs: each used to raise where it landed
     # (once inside a lock's release, on the H200: "release unlocked lock"), past the stop; now it returns
-    code = f"""
-import importlib.util, json, os, signal, threading, time
-signal.signal(signal.SIGINT, signal.default_int_handler)
-spec = importlib.util.spec_from_file_location("kbx", {str(SCRIPT)!r})
-kbx = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(kbx)
-
+    code = _JUDGE_ALL_CHILD + f"""
 over = threading.Event()
 
 def run(row, turn):
