@@ -475,15 +475,13 @@ def judge_all(todo: list[dict], run: Callable[[dict, str | None], dict], jobs: i
     old = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set()) if main else None
     try:
         pending = {pool.submit(one, row) for row in todo}
-        while pending and not interrupted.is_set():
+        while pending:
             done, pending = wait(pending, timeout=0.5)
             for f in done:
                 f.result()
-        if interrupted.is_set():
-            _stop_children()
-            pool.shutdown(wait=True, cancel_futures=True)
-            return True
-    except KeyboardInterrupt:  # judged off the main thread (the caller's handler raises), or a run's own
+            if interrupted.is_set():
+                raise KeyboardInterrupt  # stopped below, while the flag-setting handler is still installed
+    except KeyboardInterrupt:  # the flag, judged off the main thread (the caller's handler raises), or a run's own
         _stop_children()
         pool.shutdown(wait=True, cancel_futures=True)
         return True
