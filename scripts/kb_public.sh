@@ -67,5 +67,5 @@ fi
 if [ -n "${KB_CROSSCHECK:-}" ]; then
   keep=(); [ -n "${KB_KEEP:-}" ] && keep=(--keep "$KB_KEEP")
   timeout -s INT "$KB_CROSSCHECK" $PY experiments/host_watch.py "${hw[@]}" -- $PY experiments/kb_crosscheck.py --db "$db" --kernelbench "$PWD/.kb" --out-dir "$OUT" \
-    --jobs "${KB_CROSSCHECK_JOBS:-1}" "${keep[@]}" 2>&1 | tail -n 12
+    --jobs "${KB_CROSSCHECK_JOBS:-1}" "${keep[@]}" 2>&1 | tail -n 40  # enough for a traceback's head (session 34 lost one at 12)
 fi
