@@ -165,6 +165,12 @@ def test_compare_counts_every_kind_of_agreement() -> None:
     assert "| c | correct | incorrect | 1.50x | - | kernellab only correct | max_difference: 0.3 |" in md
 
 
+def test_the_largest_claimed_speedups_are_judged_first() -> None:
+    rows = [_row("a", True, None, 1.0), _row("b", True, None, 5.9), _row("c", False, None),
+            _row("d", True, None, 0.4), _row("e", True, None, 1.6), _row("f", True, None, 1.0)]
+    assert [r["problem"] for r in kbx.judging_order(rows)] == ["b", "e", "a", "f", "d", "c"]
+
+
 def _script(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, cwd=cwd)
 
