@@ -463,4 +463,3 @@ print(json.dumps({{"stopped": stopped, "handler": signal.getsignal(signal.SIGINT
     out = json.loads(r.stdout)
     assert out["stopped"] is True and out["handler"] is True, out
     assert not any("kernelbench" in row for row in out["rows"]), out  # stopped mid-run: no verdict kept
-
