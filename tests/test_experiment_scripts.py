@@ -326,3 +326,37 @@ def test_kb_public_call_keeps_its_database_when_the_host_watch_stops_the_bench(t
     assert refused.returncode == 2 and refused.stdout == "" and len(refused.stderr.strip().splitlines()) == 1
     assert "one database holds one device's timings" in refused.stderr and "NVIDIA H200" in refused.stderr
     assert sorted(p.name for p in results.iterdir()) == before
+
+
+_CONTROL_PROBLEM = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, n, p):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x):
+        return self.drop(self.lin(x))
+
+def get_inputs():
+    return [torch.rand(8, 64)]
+
+def get_init_inputs():
+    return [64, {p}]
+'''
+
+
+def test_reference_control_fails_a_reference_that_draws_random_numbers(tmp_path: Path) -> None:
+    # KernelBench's order draws dropout twice (reference, then candidate, no reseed): the reference fails itself
+    drop, plain = tmp_path / "drop.py", tmp_path / "plain.py"
+    drop.write_text(_CONTROL_PROBLEM.replace("{p}", "0.5"))
+    plain.write_text(_CONTROL_PROBLEM.replace("{p}", "0.0"))
+    p = run("experiments/kb_reference_control.py", str(drop), timeout=300)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert p.stdout.count("KernelBench's order: FAIL") == 2 and p.stdout.count("reseeded alike: equal") == 2, p.stdout
+    p = run("experiments/kb_reference_control.py", str(plain), timeout=300)
+    assert p.returncode == 0 and p.stdout.count("KernelBench's order: pass") == 2, p.stdout + p.stderr[-2000:]
+    p = run("experiments/kb_reference_control.py", str(tmp_path / "none.py"))
+    assert p.returncode == 2 and "no such file" in p.stderr
