@@ -4,11 +4,13 @@
 
 Submits the problem's ``Model`` as ``ModelNew`` and repeats the order of KernelBench's
 ``run_and_check_correctness`` (``.kb/src/kernelbench/eval.py``): both models built from seed 42, per trial the
-inputs drawn after seeding the trial's seed, the reference called, then the candidate with no reseed in between,
+inputs drawn after seeding the trial's seed and cast to float32 (every tensor, indices included, as
+``_process_input_tensor``), the reference called, then the candidate with no reseed in between,
 ``torch.allclose`` at the fp32 tolerance. A problem that draws random numbers in its forward (dropout in
 training mode) draws them twice there, so the reference can fail against itself; kernellab reseeds before each
 call (``sandbox._reference._reseed``) and checks the draws torch makes. Prints one line per trial: the verdict in
-KernelBench's order and whether the two calls are equal when reseeded alike.
+KernelBench's order and whether the two calls are equal when reseeded alike, or the reference's own error there
+(exit 1 when a trial fails, 2 on bad input).
 """
 
 from __future__ import annotations
@@ -45,9 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():
         for t, seed in enumerate(seeds):
             torch.manual_seed(seed)
-            inputs = [x.to(args.device) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
+            inputs = [x.to(dtype=torch.float32, device=args.device) if isinstance(x, torch.Tensor) else x
+                      for x in mod.get_inputs()]
             torch.manual_seed(seed)
-            out = ref(*inputs)
+            try:
+                out = ref(*inputs)
+            except Exception as exc:  # noqa: BLE001 - the reference's own failure is the finding
+                print(f"trial {t}: the reference raises in KernelBench's order: {type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0] if str(exc) else ''}")
+                failed += 1
+                continue
             out_new = new(*inputs)  # KernelBench's order: no reseed between the two calls
             ok = torch.allclose(out, out_new, atol=args.tolerance, rtol=args.tolerance)
             torch.manual_seed(seed + 1)

@@ -358,5 +358,13 @@ def test_reference_control_fails_a_reference_that_draws_random_numbers(tmp_path:
     assert p.stdout.count("KernelBench's order: FAIL") == 2 and p.stdout.count("reseeded alike: equal") == 2, p.stdout
     p = run("experiments/kb_reference_control.py", str(plain), timeout=300)
     assert p.returncode == 0 and p.stdout.count("KernelBench's order: pass") == 2, p.stdout + p.stderr[-2000:]
+    # KernelBench casts every input to the precision, class indices included: the reference raises
+    targets = tmp_path / "targets.py"
+    targets.write_text("import torch\nclass Model(torch.nn.Module):\n"
+                       "    def forward(self, x, t):\n        return torch.nn.functional.cross_entropy(x, t)\n"
+                       "def get_inputs():\n    return [torch.rand(4, 5), torch.randint(0, 5, (4,))]\n"
+                       "def get_init_inputs():\n    return []\n")
+    p = run("experiments/kb_reference_control.py", str(targets), timeout=300)
+    assert p.returncode == 1 and p.stdout.count("the reference raises in KernelBench's order") == 2, p.stdout
     p = run("experiments/kb_reference_control.py", str(tmp_path / "none.py"))
     assert p.returncode == 2 and "no such file" in p.stderr
