@@ -1,6 +1,7 @@
 """Would KernelBench's correctness check pass a problem's own reference? A control for cross-check disagreements.
 
     python experiments/kb_reference_control.py PROBLEM.py [--trials 2] [--device cpu|cuda] [--tolerance 1e-4]
+    python experiments/kb_reference_control.py PROBLEM.py --harness .kb     # KernelBench's own eval (CUDA only)
 
 Submits the problem's ``Model`` as ``ModelNew`` and repeats the order of KernelBench's
 ``run_and_check_correctness`` (``.kb/src/kernelbench/eval.py``): both models built from seed 42, per trial the
@@ -10,14 +11,17 @@ inputs drawn after seeding the trial's seed and cast to float32 (every tensor, i
 training mode) draws them twice there, so the reference can fail against itself; kernellab reseeds before each
 call (``sandbox._reference._reseed``) and checks the draws torch makes. Prints one line per trial: the verdict in
 KernelBench's order and whether the two calls are equal when reseeded alike, or the reference's own error there
-(exit 1 when a trial fails, 2 on bad input).
+(exit 1 when a trial fails, 2 on bad input). ``--harness DIR``: instead, KernelBench's own
+``eval_kernel_against_ref`` from the checkout DIR judges the reference submitted as ``ModelNew`` (needs CUDA).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -27,12 +31,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--tolerance", type=float, default=1e-4, help="KernelBench's fp32 atol and rtol")
+    ap.add_argument("--harness", metavar="DIR", help="a KernelBench checkout: judge with its own eval (CUDA)")
     args = ap.parse_args(argv)
     path = Path(args.problem)
     if not path.is_file():
         print(f"kb_reference_control: {path}: no such file", file=sys.stderr)
         return 2
     import torch
+
+    if args.harness:
+        return _harness(path, Path(args.harness), args.trials)
 
     spec = importlib.util.spec_from_file_location("kb_problem", path)
     mod = importlib.util.module_from_spec(spec)
@@ -68,6 +76,34 @@ def main(argv: list[str] | None = None) -> int:
                   f"(max |diff| {float((out - out_new).abs().max()):.2e}, max |out| {float(out.abs().max()):.2e}); "
                   f"reseeded alike: {'equal' if same else 'NOT equal'}")
     return 1 if failed else 0
+
+
+def _harness(path: Path, kb: Path, trials: int) -> int:
+    import torch
+
+    if not (kb / "src" / "kernelbench" / "eval.py").is_file():
+        print(f"kb_reference_control: --harness {kb}: not a KernelBench checkout (no src/kernelbench/eval.py)",
+              file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("kb_reference_control: --harness needs a CUDA device (KernelBench's eval is CUDA-only)", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from kb_crosscheck import import_kernelbench
+
+    kb_eval = import_kernelbench(kb.resolve())
+    src = path.read_text()
+    with tempfile.TemporaryDirectory(prefix="kb-refctl-") as tmp:
+        res = kb_eval.eval_kernel_against_ref(
+            original_model_src=src, custom_model_src=src + "\nModelNew = Model\n", num_correct_trials=trials,
+            num_perf_trials=1, measure_performance=False, backend="triton",
+            precision=kb_eval.get_torch_dtype_from_string("fp32"), build_dir=tmp)
+    md = (res.metadata if res is not None else {}) or {}
+    detail = {k: md[k] for k in sorted(md) if "error" in k or "issue" in k or "difference" in k}
+    verdict = None if res is None else res.correctness
+    print(f"KernelBench's eval, the reference as ModelNew: compiled {None if res is None else res.compiled}, "
+          f"correctness {verdict}; {json.dumps(detail, default=str)[:1000]}")
+    return 0 if verdict else 1
 
 
 if __name__ == "__main__":

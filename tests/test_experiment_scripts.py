@@ -368,3 +368,10 @@ def test_reference_control_fails_a_reference_that_draws_random_numbers(tmp_path:
     assert p.returncode == 1 and p.stdout.count("the reference raises in KernelBench's order") == 2, p.stdout
     p = run("experiments/kb_reference_control.py", str(tmp_path / "none.py"))
     assert p.returncode == 2 and "no such file" in p.stderr
+    # KernelBench's own eval: a checkout and a CUDA device, else one line and exit 2
+    p = run("experiments/kb_reference_control.py", str(drop), "--harness", str(tmp_path))
+    assert p.returncode == 2 and "not a KernelBench checkout" in p.stderr, p.stderr
+    (tmp_path / "kb" / "src" / "kernelbench").mkdir(parents=True)
+    (tmp_path / "kb" / "src" / "kernelbench" / "eval.py").write_text("")
+    p = run("experiments/kb_reference_control.py", str(drop), "--harness", str(tmp_path / "kb"))
+    assert p.returncode == 2 and "needs a CUDA device" in p.stderr, p.stderr
