@@ -24,8 +24,11 @@ in what the host had available at the start above the sandbox's floor, and in ha
 
 KernelBench's eval is CUDA-only: without a CUDA device the script stops with one line (exit 2).
 Known differences it may show: KernelBench casts every input tensor to the precision (integer
-indices and boolean masks included; kernellab keeps their dtype), and a campaign run at SMALL sizes
-is judged here at the problem's full sizes (the row says so).
+indices and boolean masks included; kernellab keeps their dtype); it calls the reference and then the
+candidate without reseeding, so a forward that draws random numbers (dropout in training mode) draws them
+differently for the two, and the problem's own reference can fail its check (kernellab reseeds before each call;
+``experiments/kb_reference_control.py`` judges a problem's reference as the candidate); and a campaign run at
+SMALL sizes is judged here at the problem's full sizes (the row says so).
 """
 
 from __future__ import annotations
