@@ -180,7 +180,10 @@ def to_markdown(result: dict) -> str:
              f"(both correct {c['both_correct']}, both not correct {c['both_not_correct']}, kernellab only "
              f"{c['kernellab_only_correct']}, KernelBench only {c['kernelbench_only_correct']}); "
              f"{c['no_winner']} problems without a correct kernellab candidate, {c['kernelbench_no_verdict']} "
-             "without a KernelBench verdict.",
+             "without a KernelBench verdict." + (
+                 f" {c['reference_fails_kernelbench']} of the disagreeing or unjudged problems are ones whose own "
+                 "reference fails KernelBench's order (`kb_reference_control.py`, the note says how)."
+                 if c.get("reference_fails_kernelbench") else ""),
              f"Speedups (both correct, both timed: {c['speedup_compared']}): on the same side of 1.0x "
              f"{c['speedup_same_side_of_1x']}, within 10% {c['speedup_within_10pct']}. kernellab's speedup is "
              "eager median / candidate median (interleaved, L2 flushed); KernelBench's is its reference mean / "
@@ -206,6 +209,8 @@ def to_markdown(result: dict) -> str:
             notes.append("KernelBench flags excessive speedup")
         if kb.get("error"):
             notes.append(kb["error"][:100].replace("|", "/").replace("\n", " "))
+        if r.get("reference_control"):
+            notes.append(control_note(r["reference_control"])[:200].replace("|", "/"))
         lines.append(f"| {r['problem']} | {kl['status']} | {kb_verdict} | {_x(kl.get('speedup_eager'))} | "
                      f"{_x(kb.get('speedup'))} | {r.get('agreement', '-')} | {'; '.join(notes)} |")
     return "\n".join(lines) + "\n"
@@ -324,7 +329,8 @@ def _child(job_path: str) -> None:
             if out["runtime"] and out["ref_runtime"]:
                 out["speedup"] = out["ref_runtime"] / out["runtime"]
     except Exception as exc:  # an exception of the harness itself, not a verdict
-        out = {"compiled": None, "correctness": None, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        out = {"compiled": None, "correctness": None, "error": f"{type(exc).__name__}: {exc}"[:2000],
+               "harness_raised": True}
     finally:
         if turn is not None:
             turn.release()
@@ -516,6 +522,66 @@ def judge_all(todo: list[dict], run: Callable[[dict, str | None], dict], jobs: i
     return False
 
 
+# -- the reference control of a disagreement ---------------------------------------------------------------
+CONTROL = Path(__file__).resolve().parent / "kb_reference_control.py"
+
+
+def needs_control(row: dict) -> bool:
+    """Rows KernelBench's own order may explain: kernellab correct and KernelBench not, or KernelBench's
+    harness raising instead of giving a verdict (not a run interrupted, timed out or crashed)."""
+    return row.get("agreement") == "kernellab only correct" or bool((row.get("kernelbench") or {}).get("harness_raised"))
+
+
+def reference_controls(rows: list[dict], device: str, timeout_s: float = 300.0, trials: int = 2) -> int:
+    """Runs ``kb_reference_control.py --json`` (a child process) once per problem of the rows that need it
+    (not again where a row has it) and stores its finding as their ``reference_control``. Returns how many
+    problems' own reference fails KernelBench's order."""
+    found: dict[str, dict] = {r["problem_id"]: r["reference_control"] for r in rows if r.get("reference_control")}
+    for r in rows:
+        if not needs_control(r):
+            continue
+        if r["problem_id"] not in found:
+            found[r["problem_id"]] = _control(r["reference"], device, timeout_s, trials)
+        r["reference_control"] = found[r["problem_id"]]
+    return reference_fails(rows)
+
+
+def reference_fails(rows: list[dict]) -> int:
+    """How many problems of the rows needing a control have a reference that fails KernelBench's order."""
+    return len({r["problem_id"] for r in rows
+                if needs_control(r) and (r.get("reference_control") or {}).get("passes") is False})
+
+
+def _control(reference: str, device: str, timeout_s: float, trials: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="kb-refctl-") as tmp:
+        problem = Path(tmp) / "problem.py"
+        problem.write_text(reference)
+        try:
+            p = subprocess.run([sys.executable, str(CONTROL), str(problem), "--json", "--device", device,
+                                "--trials", str(trials)], capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            return {"passes": None, "error": f"the reference control timed out after {timeout_s:.0f} s"}
+    try:
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = (p.stderr or p.stdout or "").strip().splitlines()[-1:]
+        return {"passes": None, "error": f"the reference control ended with code {p.returncode}: {' '.join(tail)}"[:500]}
+
+
+def control_note(c: dict) -> str:
+    if c.get("passes") is None:
+        return c.get("error") or "the reference control gave no finding"
+    if c["passes"]:
+        return "the problem's own reference passes KernelBench's order (kb_reference_control)"
+    bad = [t for t in c["trials"] if not t.get("pass")]
+    raised = next((t["error"] for t in bad if "error" in t), None)
+    if raised:
+        return f"the problem's own reference raises in KernelBench's order: {raised}"
+    worst = max(t["max_diff"] for t in bad)
+    return (f"the problem's own reference fails KernelBench's order in {len(bad)} of {len(c['trials'])} trials "
+            f"(max |diff| {worst:.1e}; kb_reference_control)")
+
+
 def _kb_commit(kb: Path) -> str:
     """KernelBench's own checkout's commit, else the one its README names. A copy inside another repository
     (the .kb carried to the GPU host) is not a checkout: git would answer with the outer repository's HEAD
@@ -568,7 +634,8 @@ def _judged(row: dict) -> tuple | None:
 
 
 def kept_verdicts(path: Path) -> dict[tuple, dict]:
-    """An earlier cross-check's KernelBench verdicts by :func:`_judged` (failed runs left out: run again)."""
+    """An earlier cross-check's KernelBench verdicts by :func:`_judged`, and its harness exceptions (they
+    recur on the same files); failed runs (interrupted, timed out, crashed) are left out: run again."""
     if not path.is_file():
         raise CrosscheckError(f"--keep {path}: no such file")
     try:
@@ -576,7 +643,7 @@ def kept_verdicts(path: Path) -> dict[tuple, dict]:
     except (ValueError, KeyError, TypeError) as exc:
         raise CrosscheckError(f"--keep {path}: not a kb_crosscheck JSON ({exc})") from None
     return {key: r["kernelbench"] for r in rows if (key := _judged(r)) is not None
-            and (r.get("kernelbench") or {}).get("correctness") is not None}
+            and ((kb := r.get("kernelbench") or {}).get("correctness") is not None or kb.get("harness_raised"))}
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -619,6 +686,8 @@ def _main(args: argparse.Namespace) -> int:
     def run(r: dict, turn: str | None) -> dict:
         return run_kernelbench(r, kb, args.trials, args.perf_trials, args.timing_method, args.timeout, turn)
 
+    compare(rows)  # the disagreements kept from --keep get their control first: a call's time runs out judging
+    reference_controls(rows, "cuda")
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kb-crosscheck-turn-") as tmp:
         # a device call's time is up (SIGINT): the verdicts so far are written, the rest marked to run next time
@@ -632,6 +701,8 @@ def _main(args: argparse.Namespace) -> int:
     for r in todo:
         r.setdefault("kernelbench", {"correctness": None, "error": "not run: interrupted"})
     counts = compare(rows)
+    # after an interrupt the call's time is up: the new disagreements get their control next time
+    counts["reference_fails_kernelbench"] = reference_fails(rows) if interrupted else reference_controls(rows, "cuda")
     stamp = dt.datetime.now(dt.timezone.utc)
     device = env.device_name("cuda")
     result = {"db": args.db, "settings": {"num_correct_trials": args.trials, "num_perf_trials": args.perf_trials,

@@ -224,6 +224,79 @@ def test_keep_reuses_an_earlier_verdict_of_the_same_evaluation_only(bench_db: Pa
         kbx.kept_verdicts(tmp_path / "nope.json")
 
 
+DROPOUT = """import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.drop = torch.nn.Dropout(p)
+
+    def forward(self, x):
+        return torch.softmax(self.drop(x), dim=1)
+
+
+def get_inputs():
+    return [torch.rand(16, 64)]
+
+
+def get_init_inputs():
+    return [{p}]
+"""
+TARGETS = """import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x, t):
+        return torch.nn.functional.cross_entropy(x, t)
+
+
+def get_inputs():
+    return [torch.rand(4, 5), torch.randint(0, 5, (4,))]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_disagreement_gets_the_control_of_its_own_reference(tmp_path: Path) -> None:
+    """The real kb_reference_control (a child process, here on the CPU) runs on the rows KernelBench's order may
+    explain: kernellab correct and KernelBench not, or the harness raising; once per problem; the page says so."""
+    incorrect = {"compiled": True, "correctness": False, "error": None}
+    rows = [{**_row("drop", True, incorrect, 1.6), "problem_id": "p1", "reference": DROPOUT.replace("{p}", "0.5")},
+            {**_row("drop", True, incorrect, 1.2), "problem_id": "p1", "reference": DROPOUT.replace("{p}", "0.5"),
+             "winner": "own-kernel"},
+            {**_row("nodrop", True, incorrect, 1.1), "problem_id": "p2", "reference": DROPOUT.replace("{p}", "0.0")},
+            {**_row("targets", True, {"compiled": None, "correctness": None, "error": "NotImplementedError: Float",
+                                      "harness_raised": True}, 2.0), "problem_id": "p3", "reference": TARGETS},
+            {**_row("crashed", True, {"compiled": None, "correctness": None, "error": "process ended"}, 2.0),
+             "problem_id": "p4", "reference": "raise SystemExit('never run')"},
+            {**_row("agree", True, {"compiled": True, "correctness": True, "speedup": 1.0}, 1.0),
+             "problem_id": "p5", "reference": "raise SystemExit('never run')"}]
+    c = kbx.compare(rows)
+    c["reference_fails_kernelbench"] = kbx.reference_controls(rows, "cpu")
+    assert c["reference_fails_kernelbench"] == 2  # the dropout and the targets problems, not the plain one
+    drop, own, plain, targets, crashed, agree = (r.get("reference_control") for r in rows)
+    assert drop is own and drop["passes"] is False and all(t["max_diff"] > 1e-4 and t["reseeded_equal"]
+                                                           for t in drop["trials"]), drop
+    assert plain["passes"] is True, plain
+    assert targets["passes"] is False and all("error" in t for t in targets["trials"]), targets
+    assert crashed is None and agree is None
+    md = kbx.to_markdown({"db": "b.db", "settings": {}, "agreement": c, "problems": rows,
+                          "environment": {"date": "d", "device": "H200", "versions": {},
+                                          "kernelbench": "/kb", "kernelbench_commit": "x"}})
+    assert "2 of the disagreeing or unjudged problems are ones whose own reference fails KernelBench's order" in md
+    assert "the problem's own reference fails KernelBench's order in 2 of 2 trials" in md
+    assert "the problem's own reference raises in KernelBench's order: " in md
+    assert "the problem's own reference passes KernelBench's order" in md
+    # a harness exception is kept by --keep (it recurs on the same file); a crash is run again
+    earlier = tmp_path / "x.json"
+    keyed = [{**r, "kernellab": {**r["kernellab"], "evaluation_id": r["problem"]}} for r in rows]
+    earlier.write_text(json.dumps({"problems": keyed}))
+    assert {k[2] for k in kbx.kept_verdicts(earlier)} == {"drop", "nodrop", "targets", "agree"}
+
+
 # -- --jobs: KernelBench runs side by side, taking turns on the GPU -----------------------------------------
 def _held_elsewhere(path: Path) -> bool:
     """Whether another open file description holds ``path``'s flock now (what a second child would see)."""
