@@ -532,10 +532,9 @@ def needs_control(row: dict) -> bool:
     return row.get("agreement") == "kernellab only correct" or bool((row.get("kernelbench") or {}).get("harness_raised"))
 
 
-def reference_controls(rows: list[dict], device: str, timeout_s: float = 300.0, trials: int = 2) -> int:
+def reference_controls(rows: list[dict], device: str, timeout_s: float = 300.0, trials: int = 2) -> None:
     """Runs ``kb_reference_control.py --json`` (a child process) once per problem of the rows that need it
-    (not again where a row has it) and stores its finding as their ``reference_control``. Returns how many
-    problems' own reference fails KernelBench's order."""
+    (not again where a row has it) and stores its finding as their ``reference_control``."""
     found: dict[str, dict] = {r["problem_id"]: r["reference_control"] for r in rows if r.get("reference_control")}
     for r in rows:
         if not needs_control(r):
@@ -543,7 +542,6 @@ def reference_controls(rows: list[dict], device: str, timeout_s: float = 300.0, 
         if r["problem_id"] not in found:
             found[r["problem_id"]] = _control(r["reference"], device, timeout_s, trials)
         r["reference_control"] = found[r["problem_id"]]
-    return reference_fails(rows)
 
 
 def reference_fails(rows: list[dict]) -> int:
@@ -701,8 +699,9 @@ def _main(args: argparse.Namespace) -> int:
     for r in todo:
         r.setdefault("kernelbench", {"correctness": None, "error": "not run: interrupted"})
     counts = compare(rows)
-    # after an interrupt the call's time is up: the new disagreements get their control next time
-    counts["reference_fails_kernelbench"] = reference_fails(rows) if interrupted else reference_controls(rows, "cuda")
+    if not interrupted:  # after an interrupt the call's time is up: the new disagreements get theirs next time
+        reference_controls(rows, "cuda")
+    counts["reference_fails_kernelbench"] = reference_fails(rows)
     stamp = dt.datetime.now(dt.timezone.utc)
     device = env.device_name("cuda")
     result = {"db": args.db, "settings": {"num_correct_trials": args.trials, "num_perf_trials": args.perf_trials,
