@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from kb_reference_problems import DROPOUT, TARGETS
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
 
@@ -328,31 +330,11 @@ def test_kb_public_call_keeps_its_database_when_the_host_watch_stops_the_bench(t
     assert sorted(p.name for p in results.iterdir()) == before
 
 
-_CONTROL_PROBLEM = '''import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self, n, p):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-        self.drop = nn.Dropout(p)
-
-    def forward(self, x):
-        return self.drop(self.lin(x))
-
-def get_inputs():
-    return [torch.rand(8, 64)]
-
-def get_init_inputs():
-    return [64, {p}]
-'''
-
-
 def test_reference_control_fails_a_reference_that_draws_random_numbers(tmp_path: Path) -> None:
     # KernelBench's order draws dropout twice (reference, then candidate, no reseed): the reference fails itself
     drop, plain = tmp_path / "drop.py", tmp_path / "plain.py"
-    drop.write_text(_CONTROL_PROBLEM.replace("{p}", "0.5"))
-    plain.write_text(_CONTROL_PROBLEM.replace("{p}", "0.0"))
+    drop.write_text(DROPOUT.replace("{p}", "0.5"))
+    plain.write_text(DROPOUT.replace("{p}", "0.0"))
     p = run("experiments/kb_reference_control.py", str(drop), timeout=300)
     assert p.returncode == 1, p.stderr[-2000:]
     assert p.stdout.count("KernelBench's order: FAIL") == 2 and p.stdout.count("reseeded alike: equal") == 2, p.stdout
@@ -360,10 +342,7 @@ def test_reference_control_fails_a_reference_that_draws_random_numbers(tmp_path:
     assert p.returncode == 0 and p.stdout.count("KernelBench's order: pass") == 2, p.stdout + p.stderr[-2000:]
     # KernelBench casts every input to the precision, class indices included: the reference raises
     targets = tmp_path / "targets.py"
-    targets.write_text("import torch\nclass Model(torch.nn.Module):\n"
-                       "    def forward(self, x, t):\n        return torch.nn.functional.cross_entropy(x, t)\n"
-                       "def get_inputs():\n    return [torch.rand(4, 5), torch.randint(0, 5, (4,))]\n"
-                       "def get_init_inputs():\n    return []\n")
+    targets.write_text(TARGETS)
     p = run("experiments/kb_reference_control.py", str(targets), timeout=300)
     assert p.returncode == 1 and p.stdout.count("the reference raises in KernelBench's order") == 2, p.stdout
     p = run("experiments/kb_reference_control.py", str(tmp_path / "none.py"))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from kb_reference_problems import DROPOUT, TARGETS
 
 from kernellab import load_problem
 from kernellab.store import Store
@@ -222,42 +223,6 @@ def test_keep_reuses_an_earlier_verdict_of_the_same_evaluation_only(bench_db: Pa
     assert kept == {(relu["problem_id"], "exported", relu["kernellab"]["evaluation_id"]): verdict}
     with pytest.raises(kbx.CrosscheckError, match="no such file"):
         kbx.kept_verdicts(tmp_path / "nope.json")
-
-
-DROPOUT = """import torch
-
-
-class Model(torch.nn.Module):
-    def __init__(self, p):
-        super().__init__()
-        self.drop = torch.nn.Dropout(p)
-
-    def forward(self, x):
-        return torch.softmax(self.drop(x), dim=1)
-
-
-def get_inputs():
-    return [torch.rand(16, 64)]
-
-
-def get_init_inputs():
-    return [{p}]
-"""
-TARGETS = """import torch
-
-
-class Model(torch.nn.Module):
-    def forward(self, x, t):
-        return torch.nn.functional.cross_entropy(x, t)
-
-
-def get_inputs():
-    return [torch.rand(4, 5), torch.randint(0, 5, (4,))]
-
-
-def get_init_inputs():
-    return []
-"""
 
 
 def test_a_disagreement_gets_the_control_of_its_own_reference(tmp_path: Path) -> None:
