@@ -130,7 +130,8 @@ def timed_step(ctx: Context, step: str, problem_id: str | None = None, label: st
     names the step it is part of, so a sum by step counts it once; the body may add fields to the dict
     it gets), and a progress line when it took ``SLOW_STEP_S`` or more (``slow``: its text, e.g.
     "Inductor seed compiled"). Recorded per session, never deduplicated: a step run again after a
-    resume cost its time again. A step that raised is recorded with ``error`` (the exception's type).
+    resume cost its time again. A step that raised is recorded with ``error`` (the exception's type), and
+    its progress line says it was stopped or failed, never that it was done.
     ``start``: a progress line as the step starts, for steps that can take minutes (a campaign killed
     during one then says which it was in)."""
     extra: dict[str, Any] = {}
@@ -138,10 +139,12 @@ def timed_step(ctx: Context, step: str, problem_id: str | None = None, label: st
         ctx.progress.update(last=start)
     t0 = time.monotonic()
     err: str | None = None
+    stopped = False
     try:
         yield extra
     except BaseException as exc:
         err = type(exc).__name__
+        stopped = isinstance(exc, KeyboardInterrupt)  # _interrupt.Stopped too
         raise
     finally:
         seconds = time.monotonic() - t0
@@ -153,8 +156,13 @@ def timed_step(ctx: Context, step: str, problem_id: str | None = None, label: st
         try:
             ctx.store.add_event(ctx.campaign_id, "step", {k: v for k, v in payload.items() if v is not None})
             if ctx.progress is not None and seconds >= SLOW_STEP_S:
-                what = slow or (f"{step} ({label})" if label else step)
-                ctx.progress.update(last=f"{what} in {seconds:.0f} s")
+                if err:  # "tuning of X in 301 s" would read as done: the bench log is read as a record
+                    what = start or (f"{step} ({label})" if label else step)
+                    ctx.progress.update(last=f"{what}: {'stopped' if stopped else 'failed'} after "
+                                             f"{seconds:.0f} s ({err})")
+                else:
+                    what = slow or (f"{step} ({label})" if label else step)
+                    ctx.progress.update(last=f"{what} in {seconds:.0f} s")
         except Exception:  # a measurement must never cost the step (nor hide its own error)
             pass
 

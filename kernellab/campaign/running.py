@@ -192,9 +192,7 @@ def _run_locked(store: Any, camp: dict, progress: Any, executor: Any, agents: An
         graph = build_graph(ctx.transient).compile(checkpointer=SqliteSaver(conn))
         _invoke(graph, ctx, camp["id"], list(problems), progress)
         # after the graph, so that a resume of a campaign killed while re-timing re-times what is missing
-        if progress is not None:
-            progress.update(last="re-timing the winners in fresh jobs")
-        with timed_step(ctx, "retime", slow="winners re-timed"):
+        with timed_step(ctx, "retime", slow="winners re-timed", start="re-timing the winners in fresh jobs"):
             retimed = _retime(store, camp, config, problems, executor, device)
         store.add_event(camp["id"], "retime", {"problems": retimed})
         store.update_campaign(camp["id"], status="done")

@@ -86,3 +86,30 @@ def test_a_cpu_campaign_records_the_seconds_of_each_step(tmp_path: Path, monkeyp
     assert json.loads(capsys.readouterr().out)["steps"] == summary["steps"]
     assert campaign_steps.main(["nope", "--db", str(db)]) == 2
     assert "no campaign" in capsys.readouterr().err
+
+
+def test_a_step_cut_short_says_so_in_its_progress_line(tmp_path: Path, monkeypatch) -> None:
+    # a bench stopped at its timeout printed "winners re-timed in 301 s" for a re-timing it had cut short
+    from types import SimpleNamespace
+
+    from kernellab._interrupt import Stopped
+
+    monkeypatch.setattr(graph, "SLOW_STEP_S", 0.0)
+    store = Store(tmp_path / "k.db")
+    cid = start_campaign(store, CampaignConfig(problems=[str(AFFINE)], budget=1), name="cut")
+    buf = io.StringIO()
+    with Progress(console=Console(file=buf, width=200), plain=True) as prog:
+        ctx = SimpleNamespace(store=store, campaign_id=cid, problems={}, progress=prog)
+        with pytest.raises(Stopped), graph.timed_step(ctx, "tune", slow="tuning of 07bfa01ff2",
+                                                      start="tuning 07bfa01ff2"):
+            raise Stopped()
+        with pytest.raises(RuntimeError), graph.timed_step(ctx, "profile", slow="Nsight Compute profile"):
+            raise RuntimeError("ncu")
+        with graph.timed_step(ctx, "retime", slow="winners re-timed", start="re-timing the winners"):
+            pass
+    out = buf.getvalue()
+    assert "tuning 07bfa01ff2: stopped after 0 s (Stopped)" in out and "tuning of 07bfa01ff2 in" not in out, out
+    assert "profile: failed after 0 s (RuntimeError)" in out and "Nsight Compute profile in" not in out, out
+    assert "winners re-timed in 0 s" in out, out
+    errors = {e["payload"]["step"]: e["payload"].get("error") for e in store.events(cid, "step")}
+    assert errors == {"tune": "Stopped", "profile": "RuntimeError", "retime": None}, errors
