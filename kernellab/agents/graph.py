@@ -138,31 +138,29 @@ def timed_step(ctx: Context, step: str, problem_id: str | None = None, label: st
     if start and ctx.progress is not None:
         ctx.progress.update(last=start)
     t0 = time.monotonic()
-    err: str | None = None
-    stopped = False
+    failure: BaseException | None = None
     try:
         yield extra
     except BaseException as exc:
-        err = type(exc).__name__
-        stopped = isinstance(exc, KeyboardInterrupt)  # _interrupt.Stopped too
+        failure = exc
         raise
     finally:
         seconds = time.monotonic() - t0
         name = ctx.problems[problem_id].name if problem_id in ctx.problems else None
         payload = {"step": step, "label": label, "within": within, "seconds": round(seconds, 3),
                    "problem_id": problem_id, "problem": name, **fields, **extra}
-        if err:
-            payload["error"] = err
+        if failure is not None:
+            payload["error"] = type(failure).__name__
         try:
             ctx.store.add_event(ctx.campaign_id, "step", {k: v for k, v in payload.items() if v is not None})
             if ctx.progress is not None and seconds >= SLOW_STEP_S:
-                if err:  # "tuning of X in 301 s" would read as done: the bench log is read as a record
-                    what = start or (f"{step} ({label})" if label else step)
-                    ctx.progress.update(last=f"{what}: {'stopped' if stopped else 'failed'} after "
-                                             f"{seconds:.0f} s ({err})")
-                else:
-                    what = slow or (f"{step} ({label})" if label else step)
-                    ctx.progress.update(last=f"{what} in {seconds:.0f} s")
+                plain = f"{step} ({label})" if label else step
+                if failure is None:
+                    line = f"{slow or plain} in {seconds:.0f} s"
+                else:  # "tuning of X in 301 s" would read as done: the bench log is read as a record
+                    how = "stopped" if isinstance(failure, KeyboardInterrupt) else "failed"  # _interrupt.Stopped too
+                    line = f"{start or plain}: {how} after {seconds:.0f} s ({type(failure).__name__})"
+                ctx.progress.update(last=line)
         except Exception:  # a measurement must never cost the step (nor hide its own error)
             pass
 
